@@ -1,0 +1,389 @@
+"""The shared machinery of every protocol env: a PettingZoo ``ParallelEnv`` driven by a generator.
+
+A protocol subclass writes its phases as a generator, :meth:`ProtocolEnv._play`::
+
+    def _play(self):
+        answers = yield Phase("answer", {a: self.messages("solve") for a in self.members})
+        ...
+        return Outcome(answer=..., answers=..., standalone=...)
+
+Each ``yield`` is one ``step`` of the env: the agents named in the phase are *active* and observe
+their chat transcript; the env receives their actions (text) and sends them back into the
+generator. The env never calls an LLM. The base class owns everything else: the pool, the task,
+coalitions, spaces (cached per instance), action validation, rewards, infos and rendering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+from agents import Agent, Message, Pool
+from agents import pool as make_pool
+from crl_envs import tasks as task_registry
+from crl_envs.spaces import TextSpace, prompt_space
+from crl_envs.tasks import Example, Task
+
+MAX_ACTION_CHARS = 4096
+"""Default limit on an action's length; longer text is truncated (never an error)."""
+MAX_OBSERVATION_CHARS = 65536
+
+
+@dataclass
+class Phase:
+    """One step of a protocol: which agents must answer, and what each one sees."""
+
+    name: str
+    prompts: dict[str, list[Message]]
+
+
+@dataclass
+class Outcome:
+    """The end of an episode.
+
+    ``answer`` is the system's final answer (already extracted). ``answers`` holds each agent's
+    final extracted answer; ``standalone`` each agent's correctness when it answered alone (where
+    the protocol has such a phase). ``score`` defaults to the task's score of ``answer``.
+    """
+
+    answer: str | None
+    answers: dict[str, str | None] = field(default_factory=dict)
+    standalone: dict[str, float] = field(default_factory=dict)
+    score: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Turn:
+    """One agent's action in one phase."""
+
+    phase: int
+    phase_name: str
+    agent: str
+    messages: list[Message]
+    text: str
+
+
+def plurality(answers: Sequence[str | None]) -> str | None:
+    """Most frequent non-``None`` answer; ties go to the tied answer given first.
+
+    Example:
+        >>> plurality(["3", "4", "4", "3", None])
+        '3'
+    """
+    counts: dict[str, int] = {}
+    for a in answers:
+        if a is not None:
+            counts[a] = counts.get(a, 0) + 1
+    if not counts:
+        return None
+    best = max(counts.values())
+    return next(a for a in answers if a is not None and counts[a] == best)
+
+
+class ProtocolEnv(ParallelEnv):
+    """Base class of the protocol envs. See the module docstring.
+
+    Args:
+        pool: an :class:`agents.Pool` (or anything :func:`agents.pool` accepts).
+        task: a :class:`crl_envs.tasks.Task` or a registered task name.
+        prompts: overrides of the protocol's prompt templates, by template name.
+        max_action_chars: actions longer than this are truncated.
+        render_mode: ``None`` or ``"human"`` (prints the transcript of each step).
+    """
+
+    metadata = {"name": "protocol_v0", "render_modes": ["human"], "is_parallelizable": True}
+    #: Prompt templates (``str.format`` fields), overridable per instance with ``prompts=``.
+    PROMPTS: dict[str, str] = {}
+    #: v(∅): the system's score when no pool member takes part.
+    empty_value: float = 0.0
+
+    def __init__(
+        self,
+        pool: Pool | Sequence[Agent | str] | str,
+        task: Task | str,
+        *,
+        prompts: Mapping[str, str] | None = None,
+        max_action_chars: int = MAX_ACTION_CHARS,
+        render_mode: str | None = None,
+    ):
+        self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
+        self.task = task if isinstance(task, Task) else task_registry.load(task)
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        self.render_mode = render_mode
+        if max_action_chars < 1:
+            raise ValueError(f"max_action_chars must be >= 1, got {max_action_chars}")
+        self.max_action_chars = max_action_chars
+        unknown = set(prompts or {}) - set(self.PROMPTS)
+        if unknown:
+            raise ValueError(
+                f"{self.metadata['name']}: unknown prompt template(s) {sorted(unknown)}; templates are {sorted(self.PROMPTS)}"
+            )
+        self.prompts = {**self.PROMPTS, **(prompts or {})}
+        #: Agents with a fixed role outside the coalition game (``agent id -> Agent``), e.g. a judge.
+        self.role_agents: dict[str, Agent] = {}
+        self.possible_agents = list(self.pool.ids)
+        self.agents: list[str] = []
+        self.members: list[str] = []
+        self.example: Example | None = None
+        self.transcript: list[Turn] = []
+        self.outcome: Outcome | None = None
+        self._game: Generator | None = None
+        self._phase: Phase | None = None
+        self._phase_index = 0
+        self.np_random = np.random.default_rng()
+
+    # ------------------------------------------------------------------ roles and spaces
+    def add_role(self, agent_id: str, agent: Agent | str) -> str:
+        """Register a fixed-role agent (not a pool member, never masked). Call from ``__init__``."""
+        if agent_id in self.possible_agents:
+            raise ValueError(f"role agent id {agent_id!r} clashes with an existing agent")
+        self.role_agents[agent_id] = agent if isinstance(agent, Agent) else make_pool(agent)["model_0"]
+        self.possible_agents.append(agent_id)
+        return agent_id
+
+    def agent_for(self, agent_id: str) -> Agent:
+        """The model that plays ``agent_id`` (a pool member or a role agent)."""
+        if agent_id in self.role_agents:
+            return self.role_agents[agent_id]
+        return self.pool[agent_id]
+
+    def model_name(self, agent_id: str) -> str:
+        return self.agent_for(agent_id).name
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        """The same object on every call (PettingZoo's seed tests need it), built per instance."""
+        return self._cached_space("observation", agent, self._make_observation_space)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._cached_space("action", agent, self._make_action_space)
+
+    def _make_observation_space(self, agent: str) -> spaces.Space:
+        return prompt_space(MAX_OBSERVATION_CHARS)
+
+    def _make_action_space(self, agent: str) -> spaces.Space:
+        """Text by default; a protocol overrides this for discrete roles (e.g. a router)."""
+        return TextSpace(self.max_action_chars)
+
+    def _cached_space(self, kind: str, agent: str, make) -> spaces.Space:
+        if agent not in self.possible_agents:
+            raise KeyError(f"no agent {agent!r} in this env; agents are {self.possible_agents}")
+        cache = self.__dict__.setdefault("_space_cache", {})
+        if (kind, agent) not in cache:
+            cache[(kind, agent)] = make(agent)
+        return cache[(kind, agent)]
+
+    # ------------------------------------------------------------------ prompts
+    def messages(self, template: str, **fields: Any) -> list[Message]:
+        """System instruction of the task + the filled user template. ``question`` is always available."""
+        assert self.example is not None
+        fields.setdefault("question", self.task.prompt(self.example))
+        try:
+            user = self.prompts[template].format(**fields)
+        except KeyError as e:
+            raise ValueError(f"prompt template {template!r} uses unknown field {e}; available: {sorted(fields)}") from None
+        out: list[Message] = []
+        if self.task.instruction:
+            out.append({"role": "system", "content": self.task.instruction})
+        out.append({"role": "user", "content": user})
+        return out
+
+    def extract(self, text: str) -> str | None:
+        return self.task.extract(text)
+
+    # ------------------------------------------------------------------ PettingZoo API
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        """Start an episode.
+
+        Options:
+            coalition: the pool members taking part (agent ids or indices); all by default.
+            example: the question (an index into the task, an example id, or an ``Example``);
+                drawn with the env's RNG by default.
+        """
+        if seed is not None or not hasattr(self, "_seeded"):
+            self.np_random = np.random.default_rng(seed)
+            self._seeded = True
+        options = options or {}
+        self.members = self._resolve_coalition(options.get("coalition"))
+        self.example = self._resolve_example(options.get("example"))
+        self.agents = list(self.members) + list(self.role_agents)
+        self.transcript, self.outcome = [], None
+        self._phase_index = 0
+        self._game = self._play()
+        self._phase = next(self._game)
+        self._check_phase(self._phase)
+        obs, infos = self._observe()
+        return obs, infos
+
+    def step(self, actions: dict[str, Any]):
+        if self._game is None or self._phase is None:
+            raise RuntimeError("step() called before reset() or after the episode ended; call reset()")
+        texts = {}
+        for agent in self._phase.prompts:
+            texts[agent] = self._sanitize(agent, actions.get(agent))
+            self.transcript.append(
+                Turn(self._phase_index, self._phase.name, agent, self._phase.prompts[agent], texts[agent])
+            )
+        self._phase_index += 1
+        try:
+            self._phase = self._game.send(texts)
+            self._check_phase(self._phase)
+        except StopIteration as stop:
+            self._phase = None
+            self._finish(stop.value)
+        if self.render_mode == "human":
+            self.render()
+        if self._phase is None:
+            assert self.outcome is not None
+            live = list(self.agents)
+            score = float(self.outcome.score)
+            rewards = dict.fromkeys(live, score)
+            obs = {a: {"prompt": ""} for a in live}
+            infos = {a: self._final_info(a) for a in live}
+            terms = dict.fromkeys(live, True)
+            truncs = dict.fromkeys(live, False)
+            self.agents = []
+            return obs, rewards, terms, truncs, infos
+        obs, infos = self._observe()
+        zeros = dict.fromkeys(self.agents, 0.0)
+        falses = dict.fromkeys(self.agents, False)
+        return obs, zeros, dict(falses), dict(falses), infos
+
+    def render(self) -> str | None:
+        lines = []
+        for t in self.transcript:
+            lines.append(f"[{t.phase}:{t.phase_name}] {t.agent} ({self.model_name(t.agent)}): {t.text}")
+        if self.outcome is not None:
+            lines.append(f"=> answer {self.outcome.answer!r}  score {self.outcome.score}  (reference {self.example.answer!r})")
+        text = "\n".join(lines)
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def close(self) -> None:
+        self._game = None
+
+    # ------------------------------------------------------------------ protocol hook
+    def _play(self) -> Generator[Phase, dict[str, str], Outcome]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def phase(self) -> Phase | None:
+        """The current phase (``None`` once the episode ended)."""
+        return self._phase
+
+    # ------------------------------------------------------------------ internals
+    def _resolve_coalition(self, coalition: Sequence[str | int] | None) -> list[str]:
+        if coalition is None:
+            return list(self.pool.ids)
+        if isinstance(coalition, (str, int)):
+            coalition = [coalition]
+        chosen = set()
+        for m in coalition:
+            if isinstance(m, (int, np.integer)) and not isinstance(m, bool):
+                if not 0 <= m < len(self.pool):
+                    raise ValueError(f"coalition index {m} out of range for a pool of {len(self.pool)}")
+                chosen.add(self.pool.ids[m])
+            elif isinstance(m, str) and m in self.pool:
+                chosen.add(m)
+            else:
+                raise ValueError(f"coalition names unknown agent {m!r}; pool agents are {self.pool.ids}")
+        if not chosen:
+            raise ValueError(
+                f"empty coalition: nothing to play. The value of the empty coalition is "
+                f"{type(self).__name__}.empty_value = {self.empty_value}"
+            )
+        return [a for a in self.pool.ids if a in chosen]
+
+    def _resolve_example(self, example: int | str | Example | None) -> Example:
+        if example is None:
+            return self.task[int(self.np_random.integers(len(self.task)))]
+        if isinstance(example, Example):
+            return example
+        if isinstance(example, (int, np.integer)) and not isinstance(example, bool):
+            if not 0 <= example < len(self.task):
+                raise ValueError(f"example index {example} out of range for a task of {len(self.task)}")
+            return self.task[int(example)]
+        if isinstance(example, str):
+            return self.task.by_id(example)
+        raise TypeError(f"options['example'] must be an index, an example id or an Example, got {type(example).__name__}")
+
+    def _check_phase(self, phase: Phase) -> None:
+        stray = set(phase.prompts) - set(self.agents)
+        if stray:  # a protocol bug, never user input
+            raise RuntimeError(f"{self.metadata['name']} asked non-playing agents {sorted(stray)} to act")
+
+    def _sanitize(self, agent: str, action: Any) -> str:
+        space = self.action_space(agent)
+        if isinstance(space, spaces.Discrete):
+            if isinstance(action, (int, np.integer)) and not isinstance(action, bool):
+                return str(int(action))
+            if isinstance(action, np.ndarray) and action.shape in ((), (1,)):
+                return str(int(action.reshape(())))
+            raise TypeError(f"{agent}'s action must be an int (a choice index), got {type(action).__name__}")
+        if action is None:
+            raise ValueError(f"{agent} is active in phase {self._phase.name!r} but no action was given for it")
+        if not isinstance(action, str):
+            raise TypeError(f"{agent}'s action must be a str (the text it answers), got {type(action).__name__}")
+        return action[: self.max_action_chars]
+
+    def _observe(self):
+        assert self._phase is not None
+        obs, infos = {}, {}
+        for a in self.agents:
+            msgs = self._phase.prompts.get(a)
+            obs[a] = {"prompt": render_messages(msgs)[:MAX_OBSERVATION_CHARS] if msgs else ""}
+            infos[a] = {
+                "active": msgs is not None,
+                "messages": msgs,
+                "phase": self._phase.name,
+                "phase_index": self._phase_index,
+                "model": self.model_name(a),
+                "example_id": self.example.id,
+            }
+        return obs, infos
+
+    def _finish(self, outcome: Outcome) -> None:
+        if not isinstance(outcome, Outcome):
+            raise RuntimeError(f"{self.metadata['name']}._play must return an Outcome, got {outcome!r}")
+        if outcome.score is None:
+            outcome.score = self.task.score_answer(outcome.answer, self.example)
+        self.outcome = outcome
+
+    def _final_info(self, agent: str) -> dict[str, Any]:
+        o = self.outcome
+        return {
+            "active": False,
+            "messages": None,
+            "phase": "end",
+            "phase_index": self._phase_index,
+            "model": self.model_name(agent),
+            "example_id": self.example.id,
+            "answer": o.answer,
+            "score": o.score,
+            "answers": dict(o.answers),
+            "standalone": dict(o.standalone),
+            "reference": self.example.answer,
+        }
+
+
+def render_messages(messages: Sequence[Message]) -> str:
+    """A chat transcript as plain text, for observations and printing."""
+    return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
+
+
+def format_answers(texts: Sequence[str], label: str = "Agent") -> str:
+    """Peers' responses as one block: ``"Agent 1: ...\\nAgent 2: ..."`` (numbered by position only,
+    so nothing reveals which pool members are absent)."""
+    return "\n".join(f"{label} {k + 1}: {t.strip()}" for k, t in enumerate(texts))
+
+
+__all__ = ["ProtocolEnv", "Phase", "Outcome", "Turn", "plurality", "render_messages", "format_answers",
+           "MAX_ACTION_CHARS"]

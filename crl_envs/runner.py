@@ -1,0 +1,284 @@
+"""The one rollout path: many env instances in lockstep, one batched call per Agent per phase.
+
+Valuation, the trainers, the CLI and the examples all play episodes through :func:`run_episodes`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from agents import Agent, Message, Pool, Request, SamplingParams, stable_hash
+from agents import pool as make_pool
+from crl_envs import protocols
+from crl_envs import tasks as task_registry
+from crl_envs.protocols.base import ProtocolEnv
+from crl_envs.tasks import Example, Task
+
+
+@dataclass
+class Usage:
+    """What one agent spent: generation calls it answered, tokens, and wall seconds (its share of batches)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+    def add(self, other: Usage) -> None:
+        self.calls += other.calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.seconds += other.seconds
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class TurnRecord:
+    """One agent's answer in one phase. Token fields are filled for recorded agents only."""
+
+    phase: int
+    phase_name: str
+    agent: str
+    model: str
+    messages: list[Message]
+    text: str
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str = "stop"
+
+
+@dataclass
+class Episode:
+    """One played episode: the question, the system's answer and score, and everything said."""
+
+    protocol: str
+    example_id: str
+    sample: int
+    coalition: list[str]
+    score: float
+    answer: str | None
+    reference: str
+    answers: dict[str, str | None]
+    standalone: dict[str, float]
+    transcript: list[TurnRecord]
+    usage: dict[str, Usage] = field(default_factory=dict)
+    seed: int = 0
+
+    def turns_of(self, agent: str) -> list[TurnRecord]:
+        return [t for t in self.transcript if t.agent == agent]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+ProtocolFactory = Callable[..., ProtocolEnv]
+
+
+def total_usage(episodes: Sequence[Episode]) -> dict[str, Usage]:
+    """Usage per agent id summed over episodes."""
+    out: dict[str, Usage] = {}
+    for ep in episodes:
+        for agent, u in ep.usage.items():
+            out.setdefault(agent, Usage()).add(u)
+    return out
+
+
+def run_episodes(
+    protocol: ProtocolFactory | str,
+    pool: Pool | Sequence[Agent | str] | str,
+    task: Task | str,
+    *,
+    coalition: Sequence[str | int] | None = None,
+    samples: int = 1,
+    seed: int = 0,
+    policies: Mapping[str, Agent] | None = None,
+    batch_size: int | None = None,
+    progress: bool = True,
+    sampling: SamplingParams | Mapping[str, SamplingParams] | None = None,
+    examples: Sequence[int | str] | None = None,
+    options: Mapping[str, Any] | None = None,
+    record: Sequence[str] | None = None,
+) -> list[Episode]:
+    """Play every (example, sample) pair of ``task`` under ``protocol``, in lockstep.
+
+    Args:
+        protocol: a factory such as ``crl_envs.debate_v0`` or a protocol name (``"debate"``).
+        pool: the models; ``task``: a Task or a task name.
+        coalition: the members taking part (all by default).
+        samples: episodes per question; sample ``k`` gets its own sampling seeds.
+        seed: the run's seed; every request's sampling seed derives from it, the example, the
+            sample, the agent and the phase, so results do not depend on batching.
+        policies: ``agent id -> Agent`` overrides (e.g. the learner's current policy).
+        batch_size: the most requests in one ``generate`` call (default: all of a phase).
+        sampling: sampling settings, for all agents or per agent id (default: greedy, 256 tokens).
+        examples: indices or ids of the task's examples to play (default: all).
+        options: keyword arguments for the protocol factory (e.g. ``{"rounds": 3}``).
+        record: agent ids whose token ids and log-probs are kept (default: the overridden ones).
+
+    Returns:
+        Episodes ordered by example, then sample.
+    """
+    factory = protocols.get(protocol)
+    pool = pool if isinstance(pool, Pool) else make_pool(pool)
+    task = task if isinstance(task, Task) else task_registry.load(task)
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    policies = dict(policies or {})
+    unknown = set(policies) - set(pool.ids)
+    if unknown:
+        raise ValueError(f"policies name unknown agents {sorted(unknown)}; pool agents are {pool.ids}")
+    chosen = _select_examples(task, examples)
+    recorded = set(record) if record is not None else set(policies)
+
+    envs: list[ProtocolEnv] = []
+    keys: list[tuple[Example, int]] = []
+    obs_infos = []
+    for ex in chosen:
+        for s in range(samples):
+            env = factory(pool, task, **dict(options or {}))
+            _, infos = env.reset(seed=stable_hash(seed, ex.id, s) % (2**32), options={"coalition": coalition, "example": ex})
+            envs.append(env)
+            keys.append((ex, s))
+            obs_infos.append(infos)
+    protocol_name = envs[0].metadata["name"] if envs else getattr(factory, "__name__", str(protocol))
+
+    transcripts: list[list[TurnRecord]] = [[] for _ in envs]
+    usages: list[dict[str, Usage]] = [{} for _ in envs]
+    finals: list[dict[str, Any] | None] = [None] * len(envs)
+    live = list(range(len(envs)))
+    bar = tqdm(total=len(envs), desc=f"{protocol_name} episodes", disable=not progress, leave=False)
+    while live:
+        # 1. every active agent's prompt across live instances, grouped by the Agent that plays it
+        groups: dict[int, tuple[Agent, list[tuple[int, str, Request]]]] = {}
+        for i in live:
+            env, infos = envs[i], obs_infos[i]
+            ex, s = keys[i]
+            for agent_id, info in infos.items():
+                if not info.get("active"):
+                    continue
+                model = policies.get(agent_id) or env.agent_for(agent_id)
+                params = _sampling_for(sampling, agent_id)
+                req = Request(
+                    messages=info["messages"],
+                    sampling=params.with_seed(stable_hash(seed, ex.id, s, agent_id, info["phase_index"]) % (2**63)),
+                    metadata={
+                        "example": ex,
+                        "protocol": protocol_name,
+                        "phase": info["phase"],
+                        "phase_index": info["phase_index"],
+                        "agent_id": agent_id,
+                        "sample": s,
+                    },
+                )
+                groups.setdefault(id(model), (model, []))[1].append((i, agent_id, req))
+        # 2. one batched call per Agent
+        actions: dict[int, dict[str, str]] = {i: {} for i in live}
+        for model, items in groups.values():
+            gens = []
+            step = batch_size or len(items)
+            for start in range(0, len(items), step):
+                chunk = [req for _, _, req in items[start : start + step]]
+                t0 = time.perf_counter()
+                try:
+                    out = model.generate(chunk)
+                except Exception as e:
+                    raise RuntimeError(
+                        f"agent {items[start][1]} ({model.name}) failed on a batch of {len(chunk)} requests "
+                        f"(first example {chunk[0].metadata['example'].id!r}, phase {chunk[0].metadata['phase']!r}): {e}"
+                    ) from e
+                share = (time.perf_counter() - t0) / len(chunk)
+                for g in out:
+                    g.seconds = share
+                gens.extend(out)
+            for (i, agent_id, req), gen in zip(items, gens):
+                actions[i][agent_id] = gen.text
+                env = envs[i]
+                keep = agent_id in recorded
+                transcripts[i].append(
+                    TurnRecord(
+                        phase=req.metadata["phase_index"],
+                        phase_name=req.metadata["phase"],
+                        agent=agent_id,
+                        model=model.name,
+                        messages=req.messages,
+                        text=gen.text[: env.max_action_chars],
+                        prompt_token_ids=gen.prompt_token_ids if keep else None,
+                        token_ids=gen.token_ids if keep else None,
+                        logprobs=gen.logprobs if keep else None,
+                        finish_reason=gen.finish_reason,
+                    )
+                )
+                u = usages[i].setdefault(agent_id, Usage())
+                u.add(Usage(1, gen.prompt_tokens, gen.completion_tokens, gen.seconds))
+        # 3. step every live instance
+        still = []
+        for i in live:
+            _, _, terms, truncs, infos = envs[i].step(actions[i])
+            if envs[i].agents:
+                obs_infos[i] = infos
+                still.append(i)
+            else:
+                finals[i] = next(iter(infos.values())) if infos else {}
+                bar.update(1)
+        live = still
+    bar.close()
+
+    episodes = []
+    for i, env in enumerate(envs):
+        ex, s = keys[i]
+        o = env.outcome
+        episodes.append(
+            Episode(
+                protocol=protocol_name,
+                example_id=ex.id,
+                sample=s,
+                coalition=list(env.members),
+                score=float(o.score),
+                answer=o.answer,
+                reference=ex.answer,
+                answers=dict(o.answers),
+                standalone=dict(o.standalone),
+                transcript=transcripts[i],
+                usage=usages[i],
+                seed=seed,
+            )
+        )
+    return episodes
+
+
+def _select_examples(task: Task, examples: Sequence[int | str] | None) -> list[Example]:
+    if examples is None:
+        return list(task.examples)
+    out = []
+    for e in examples:
+        if isinstance(e, Example):
+            out.append(e)
+        elif isinstance(e, str):
+            out.append(task.by_id(e))
+        else:
+            if not 0 <= int(e) < len(task):
+                raise ValueError(f"example index {e} out of range for a task of {len(task)}")
+            out.append(task[int(e)])
+    return out
+
+
+DEFAULT_SAMPLING = SamplingParams(temperature=0.0, max_new_tokens=256)
+
+
+def _sampling_for(sampling: SamplingParams | Mapping[str, SamplingParams] | None, agent_id: str) -> SamplingParams:
+    if sampling is None:
+        return DEFAULT_SAMPLING
+    if isinstance(sampling, SamplingParams):
+        return sampling
+    return sampling.get(agent_id, DEFAULT_SAMPLING)

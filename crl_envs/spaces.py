@@ -1,0 +1,48 @@
+"""Gymnasium spaces for text observations and actions.
+
+``gymnasium.spaces.Text`` rejects most of what models write (its default charset is alphanumeric
+and ``min_length`` is 1), so :class:`TextSpace` accepts *any* ``str`` up to ``max_length``
+characters while sampling from printable ASCII.
+
+Example:
+    >>> from crl_envs.spaces import TextSpace
+    >>> space = TextSpace(max_length=20)
+    >>> space.contains("Héllo — world!"), space.contains(""), space.contains("x" * 21), space.contains(3)
+    (True, True, False, False)
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+from gymnasium import spaces
+
+SAMPLE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
+
+
+class TextSpace(spaces.Text):
+    """Any Python string of at most ``max_length`` characters (``min_length`` 0)."""
+
+    def __init__(self, max_length: int, *, seed: int | None = None):
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        super().__init__(max_length=max_length, min_length=0, charset=SAMPLE_CHARSET, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"TextSpace(max_length={self.max_length})"
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, TextSpace) and other.max_length == self.max_length
+
+
+def prompt_space(max_length: int) -> spaces.Dict:
+    """The observation space of every protocol agent: ``{"prompt": TextSpace}``.
+
+    A ``Dict`` (with no ``"observation"`` key) because PettingZoo's ``api_test`` cannot handle a bare
+    ``Text`` observation.
+    """
+    return spaces.Dict({"prompt": TextSpace(max_length)})
