@@ -2,6 +2,8 @@
 
 - :class:`Agent` — the interface: ``generate(list[Request]) -> list[Generation]``.
 - :class:`HFAgent` — transformers models (spec ``hf:<path or hub id>``).
+- :class:`OpenAIAgent` — OpenAI-compatible servers (spec ``openai:<base url>#<model>``).
+- :class:`VLLMAgent` — vLLM's offline engine (spec ``vllm:<hub id or path>``; the ``vllm`` extra).
 - :class:`ScriptedAgent` — deterministic answers, for tests and analysis.
 - :func:`pool` / :class:`Pool` — the ordered roster ``model_0 .. model_{n-1}`` a protocol plays.
 """
@@ -11,9 +13,37 @@ from agents.hf import HFAgent
 from agents.pool import Pool, from_spec, pool, register_backend, register_pool
 from agents.scripted import ScriptedAgent
 
-register_backend("hf", lambda target: HFAgent(target))
+
+def _openai_from_spec(target: str) -> Agent:
+    from agents.openai import OpenAIAgent
+
+    return OpenAIAgent.from_spec(target)
+
+
+def _vllm_from_spec(target: str) -> Agent:
+    from agents.vllm import VLLMAgent
+
+    return VLLMAgent.from_spec(target)
+
+
+register_backend("hf", HFAgent.from_spec)
+register_backend("openai", _openai_from_spec)
+register_backend("vllm", _vllm_from_spec)
+
+_LAZY = {"OpenAIAgent": "agents.openai", "VLLMAgent": "agents.vllm"}
+
+
+def __getattr__(name: str):
+    """Backends with heavy or optional dependencies load on first use (vLLM only when asked for)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agents' has no attribute {name!r}")
+
 
 __all__ = [
     "Agent", "Generation", "Message", "Request", "SamplingParams", "sample_n", "stable_hash",
-    "HFAgent", "ScriptedAgent", "Pool", "pool", "from_spec", "register_backend", "register_pool",
+    "HFAgent", "OpenAIAgent", "VLLMAgent", "ScriptedAgent", "Pool", "pool", "from_spec", "register_backend",
+    "register_pool",
 ]

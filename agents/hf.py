@@ -5,14 +5,17 @@ batch from one random stream, so a sampled answer would depend on which other re
 batch. Here each request samples from its own ``torch.Generator`` seeded by ``request.sampling.seed``:
 the same request gives the same text whatever it is batched with, which is what makes runs
 reproducible and coalition results cacheable. The loop is the standard one (one forward over the
-left-padded prompts, then one token per step through the model's KV cache).
+left-padded prompts, then one token per step through the model's KV cache); rows that finish
+are dropped from the cache as they accumulate, and sampling is vectorised over the batch.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import inspect
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,12 +23,85 @@ from typing import Any
 import torch
 
 from agents.base import Agent, Generation, Message, Request, SamplingParams
+from agents.spec_options import split_options
 
 
 def _cache_of(output: Any) -> Any:
     """The KV cache of a forward's output (``cache`` in transformers >= 5.x, ``past_key_values`` before)."""
     cache = getattr(output, "cache", None)
     return cache if cache is not None else output.past_key_values
+
+
+def _select_rows(cache: Any, index: torch.Tensor) -> Any | None:
+    """Keep only the rows ``index`` of a KV cache; None when the cache type does not allow it."""
+    if hasattr(cache, "batch_select_indices"):
+        cache.batch_select_indices(index)
+        return cache
+    if isinstance(cache, tuple):  # legacy per-layer (key, value) tuples
+        return tuple(tuple(t[index] for t in layer) for layer in cache)
+    return None
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True for CUDA/accelerator OOMs and for CPU allocation failures (``DefaultCPUAllocator``)."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("out of memory" in text.lower() or "DefaultCPUAllocator" in text)
+
+
+def sample_next(
+    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, generators: Sequence[torch.Generator | None]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's next token and its log-probability, for a whole batch at once.
+
+    Rows with temperature 0 take the argmax (log-prob under the raw logits). Other rows sample from
+    ``softmax(logits / temperature)`` restricted to the top-p nucleus, by inverse CDF with one
+    uniform draw from the row's own generator: a row's token depends only on its logits and seed,
+    never on the other rows of the batch. Log-probs are under the temperature-scaled distribution.
+    """
+    greedy = temperature == 0
+    scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    logp = torch.log_softmax(scaled, dim=-1)
+    chosen = logits.argmax(dim=-1)
+    sampled = [j for j, g in enumerate(generators) if g is not None]
+    if sampled:
+        index = torch.tensor(sampled, device=logits.device)
+        sorted_p, order = logp[index].exp().sort(dim=-1, descending=True, stable=True)
+        outside = (sorted_p.cumsum(-1) - sorted_p) >= top_p[index][:, None]
+        cdf = sorted_p.masked_fill(outside, 0.0).cumsum(-1)
+        uniform = torch.cat([torch.rand(1, generator=generators[j]) for j in sampled]).to(logits.device)
+        rank = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None]).clamp(max=logits.shape[-1] - 1)
+        chosen[index] = order.gather(-1, rank).squeeze(-1)
+    return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
+
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` picks CUDA when available, else CPU; anything else goes to ``torch.device``."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype | None:
+    """A torch dtype from a name (``"bfloat16"``, ``"fp16"``, ...); ``"auto"`` is bfloat16 on a GPU
+    that supports it, float32 otherwise."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)} or 'auto'")
+    return _DTYPES[dtype]
 
 
 def plain_chat_format(messages: Sequence[Message]) -> str:
@@ -41,10 +117,11 @@ class HFAgent(Agent):
         model: a path or hub id, or a loaded ``PreTrainedModel``.
         tokenizer: a tokenizer (loaded from ``model`` when it is a path/id).
         name: display name (default: the path's last component or the config's name).
-        device: ``"cpu"``, ``"cuda"``, ...
-        dtype: e.g. ``torch.bfloat16``; default float32 on CPU.
+        device: ``"cpu"``, ``"cuda"``, ``"auto"`` (CUDA when available), ...
+        dtype: ``torch.bfloat16`` or a name (``"bfloat16"``, ``"fp16"``, ``"auto"``); default float32.
         batch_size: the most requests decoded together; requests are sorted by prompt length
-            first (length buckets) so padding stays small.
+            first (length buckets) so padding stays small. A batch that runs out of memory is
+            halved and retried (and later batches of the call stay at the smaller size).
 
     Example:
         >>> agent = HFAgent("path/to/model")                                  # doctest: +SKIP
@@ -58,12 +135,14 @@ class HFAgent(Agent):
         *,
         name: str | None = None,
         device: str | torch.device = "cpu",
-        dtype: torch.dtype | None = None,
+        dtype: torch.dtype | str | None = None,
         batch_size: int = 64,
         trust_remote_code: bool = False,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        device = resolve_device(device)
+        dtype = resolve_dtype(dtype, device)
         if isinstance(model, (str, Path)):
             source = str(model)
             try:
@@ -84,7 +163,7 @@ class HFAgent(Agent):
             default_name = getattr(model.config, "name_or_path", None) or type(model).__name__
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.model = model.to(device)
+        self.model = model.to(device=device, dtype=dtype) if dtype is not None else model.to(device)
         self.model.eval()
         self.tokenizer = tokenizer
         self.name = name or default_name
@@ -95,6 +174,15 @@ class HFAgent(Agent):
         self.eos_ids = self._eos_ids()
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._keeps_logits = "logits_to_keep" in params
+
+    @classmethod
+    def from_spec(cls, target: str) -> HFAgent:
+        """Build from ``hf:<path or hub id>[?dtype=bfloat16&device=cuda&batch_size=128&name=x]``."""
+        source, options = split_options(
+            target, {"dtype": str, "device": str, "batch_size": int, "name": str, "trust_remote_code": bool}, "hf"
+        )
+        return cls(source, **options)
 
     # ------------------------------------------------------------------ prompts
     def render(self, messages: Sequence[Message]) -> str:
@@ -109,12 +197,38 @@ class HFAgent(Agent):
     # ------------------------------------------------------------------ generation
     def _generate(self, requests: list[Request]) -> list[Generation]:
         prompt_ids = [self.encode_prompt(r.messages) for r in requests]
+        # Length buckets: sorted by prompt length, so each batch pads little.
         order = sorted(range(len(requests)), key=lambda i: len(prompt_ids[i]))
         results: list[Generation | None] = [None] * len(requests)
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
+        rows = self.batch_size
+        start = 0
+        while start < len(order):
+            chunk = order[start : start + rows]
             t0 = time.perf_counter()
-            outs = self._decode([prompt_ids[i] for i in chunk], [requests[i].sampling for i in chunk])
+            try:
+                outs = self._decode([prompt_ids[i] for i in chunk], [requests[i].sampling for i in chunk])
+            except Exception as error:
+                if not is_out_of_memory(error):
+                    raise
+                if len(chunk) == 1:
+                    i = chunk[0]
+                    raise RuntimeError(
+                        f"HFAgent {self.name!r} ran out of memory on a single request ({len(prompt_ids[i])} prompt "
+                        f"tokens, max_new_tokens={requests[i].sampling.max_new_tokens}); lower max_new_tokens, "
+                        "use a smaller dtype (dtype='bfloat16') or a device with more memory"
+                    ) from error
+                oom = True
+            else:
+                oom = False
+            if oom:  # outside the except block, so the failed batch's tensors can be freed
+                self._release_memory()
+                rows = max(1, len(chunk) // 2)
+                warnings.warn(
+                    f"HFAgent {self.name!r}: a batch of {len(chunk)} ran out of memory; retrying in batches of {rows}",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                continue
             per_request = (time.perf_counter() - t0) / len(chunk)
             for i, (tokens, logprobs, reason) in zip(chunk, outs):
                 results[i] = Generation(
@@ -127,12 +241,21 @@ class HFAgent(Agent):
                     prompt_token_ids=prompt_ids[i],
                     seconds=per_request,
                 )
+            start += len(chunk)
         return results  # type: ignore[return-value]
+
+    def _release_memory(self) -> None:
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     @torch.no_grad()
     def _decode(
         self, prompts: list[list[int]], params: list[SamplingParams]
     ) -> list[tuple[list[int], list[float], str]]:
+        """Decode one batch: a forward over the left-padded prompts, then one token per step through
+        the KV cache. Finished rows are dropped from the cache (and every per-row tensor) as they
+        accumulate, so a batch costs what its live rows cost."""
         batch = len(prompts)
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
@@ -144,34 +267,52 @@ class HFAgent(Agent):
                 attention[row, width - len(p) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        generators = [torch.Generator().manual_seed(int(p.seed or 0) % (2**63)) for p in params]
-        temperatures = [p.temperature for p in params]
+        temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=self.device)
+        top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=self.device)
+        generators = [
+            torch.Generator().manual_seed(int(p.seed or 0) % (2**63)) if p.temperature > 0 else None for p in params
+        ]
         limits = [p.max_new_tokens for p in params]
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         reasons = ["length"] * batch
-        active = [True] * batch
+        live = list(range(batch))  # the request row of each cache row
+        finished = [False] * batch
 
-        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        extra = {"logits_to_keep": 1} if self._keeps_logits else {}
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, **extra
+        )
         past = _cache_of(out)
         logits = out.logits[:, -1, :].float()
-        for _step in range(max(limits)):
-            next_tokens = self._choose(logits.cpu(), params, temperatures, generators, active, tokens, logprobs)
-            for row in range(batch):
-                if not active[row]:
+        while True:
+            chosen, chosen_lp = sample_next(logits, temperature, top_p, [generators[r] for r in live])
+            for j, (tok, lp) in enumerate(zip(chosen.tolist(), chosen_lp.tolist())):
+                r = live[j]
+                if finished[r]:
                     continue
-                if next_tokens[row] in self.eos_ids:
-                    tokens[row].pop()
-                    logprobs[row].pop()
-                    active[row], reasons[row] = False, "stop"
-                elif len(tokens[row]) >= limits[row]:
-                    active[row] = False
-            if not any(active):
+                if tok in self.eos_ids:
+                    finished[r], reasons[r] = True, "stop"
+                    continue
+                tokens[r].append(tok)
+                logprobs[r].append(lp)
+                if len(tokens[r]) >= limits[r]:
+                    finished[r] = True
+            keep = [j for j, r in enumerate(live) if not finished[r]]
+            if not keep:
                 break
-            attention = torch.cat([attention, attention.new_ones((batch, 1))], dim=1)
+            if 4 * (len(live) - len(keep)) >= len(live):  # a quarter of the cache rows are done: drop them
+                pruned = _select_rows(past, torch.tensor(keep, device=self.device))
+                if pruned is not None:
+                    index = torch.tensor(keep, device=self.device)
+                    past = pruned
+                    attention, positions = attention[index], positions[index]
+                    temperature, top_p, chosen = temperature[index], top_p[index], chosen[index]
+                    live = [live[j] for j in keep]
+            attention = torch.cat([attention, attention.new_ones((len(live), 1))], dim=1)
             positions = positions[:, -1:] + 1
             out = self.model(
-                input_ids=torch.tensor(next_tokens, device=self.device)[:, None],
+                input_ids=chosen[:, None].to(self.device),
                 attention_mask=attention,
                 position_ids=positions,
                 use_cache=True,
@@ -180,36 +321,6 @@ class HFAgent(Agent):
             past = _cache_of(out)
             logits = out.logits[:, -1, :].float()
         return [(tokens[r], logprobs[r], reasons[r]) for r in range(batch)]
-
-    @staticmethod
-    def _choose(logits, params, temperatures, generators, active, tokens, logprobs) -> list[int]:
-        """Pick each active row's next token (greedy or seeded top-p sampling) and record its log-prob."""
-        chosen = [0] * logits.shape[0]
-        greedy_lp = None
-        for row in range(logits.shape[0]):
-            if not active[row]:
-                continue
-            t = temperatures[row]
-            if t == 0:
-                if greedy_lp is None:
-                    greedy_lp = torch.log_softmax(logits, dim=-1)
-                tok = int(torch.argmax(logits[row]))
-                lp = float(greedy_lp[row, tok])
-            else:
-                row_lp = torch.log_softmax(logits[row] / t, dim=-1)
-                probs = row_lp.exp()
-                top_p = params[row].top_p
-                if top_p < 1.0:
-                    sorted_p, idx = probs.sort(descending=True)
-                    drop = (sorted_p.cumsum(0) - sorted_p) >= top_p
-                    sorted_p[drop] = 0.0
-                    probs = torch.zeros_like(probs).scatter(0, idx, sorted_p)
-                tok = int(torch.multinomial(probs, 1, generator=generators[row]))
-                lp = float(row_lp[tok])
-            chosen[row] = tok
-            tokens[row].append(tok)
-            logprobs[row].append(lp)
-        return chosen
 
     # ------------------------------------------------------------------ identity
     def _eos_ids(self) -> set[int]:

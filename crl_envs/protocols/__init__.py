@@ -8,12 +8,35 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from crl_envs.protocols import debate, vote
+from crl_envs.protocols import (
+    blender,
+    cascade,
+    debate,
+    feedback,
+    judge,
+    knowledge,
+    moa,
+    refine,
+    relay,
+    routing,
+    topology,
+    vote,
+)
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, Turn, plurality
 
 PROTOCOLS: dict[str, Callable[..., ProtocolEnv]] = {
     "debate": debate.env,
     "vote": vote.env,
+    "moa": moa.env,
+    "routing": routing.env,
+    "cascade": cascade.env,
+    "feedback": feedback.env,
+    "topology": topology.env,
+    "blender": blender.env,
+    "knowledge": knowledge.env,
+    "judge": judge.env,
+    "relay": relay.env,
+    "refine": refine.env,
 }
 
 

@@ -9,8 +9,13 @@ from collections.abc import Callable
 
 from crl_envs.tasks.arith import ArithTask
 from crl_envs.tasks.base import Example, Task
+from crl_envs.tasks.bbh import BBHTask
+from crl_envs.tasks.code import CodeTask, HumanEvalTask, MBPPTask
 from crl_envs.tasks.gsm8k import GSM8KTask
+from crl_envs.tasks.math import MathTask, math_equal
+from crl_envs.tasks.multiple_choice import ARCChallengeTask, GPQATask, MMLUTask, MultipleChoiceTask
 from crl_envs.tasks.numeric import NumericTask, extract_number, normalize_number
+from crl_envs.tasks.theoremqa import TheoremQATask
 
 _REGISTRY: dict[str, Callable[..., Task]] = {}
 
@@ -42,6 +47,15 @@ def load(name: str, split: str | None = None, n: int | None = None, seed: int = 
 
 register("arith", ArithTask)
 register("gsm8k", GSM8KTask)
+register("math", MathTask)
+register("arc_challenge", ARCChallengeTask)
+register("mmlu", MMLUTask)
+register("gpqa", GPQATask)
+register("bbh", BBHTask)
+register("theoremqa", TheoremQATask)
+register("humaneval", HumanEvalTask)
+register("mbpp", MBPPTask)
 
 __all__ = ["Example", "Task", "NumericTask", "ArithTask", "GSM8KTask", "load", "register", "names",
-           "extract_number", "normalize_number"]
+           "extract_number", "normalize_number", "MathTask", "math_equal", "MultipleChoiceTask", "ARCChallengeTask",
+           "MMLUTask", "GPQATask", "BBHTask", "TheoremQATask", "CodeTask", "HumanEvalTask", "MBPPTask"]

@@ -1,0 +1,337 @@
+"""Any OpenAI-compatible chat-completions server as an :class:`Agent` (vLLM serve, SGLang, llama.cpp,
+hosted APIs).
+
+One ``generate`` call sends its requests concurrently (asyncio + httpx, at most ``concurrency`` in
+flight) and returns the answers in request order. Transient failures (timeouts, dropped connections,
+HTTP 429 and 5xx, malformed JSON) are retried with exponential backoff and jitter, honouring the
+server's ``Retry-After``. When the retries are spent the failure is raised, naming the agent and the
+task example: a failed call never becomes an empty answer that silently scores 0.
+
+The API key is read from an environment variable (``OPENAI_API_KEY`` by default) when a batch is
+sent; it is never stored in the agent's repr, logs or exception messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import email.utils
+import os
+import random
+import re
+import time
+from typing import Any
+
+import httpx
+
+from agents.base import Agent, Generation, Request
+from agents.spec_options import split_options
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
+_TOKEN_ID = re.compile(r"^token_id:(\d+)$")
+
+
+class OpenAIRequestError(RuntimeError):
+    """A chat-completions request failed for good (retries spent, or a non-retryable HTTP error)."""
+
+
+class _Failure(Exception):
+    """One failed attempt: what went wrong, whether retrying may help, and the server's Retry-After."""
+
+    def __init__(self, message: str, retryable: bool, retry_after: float | None = None):
+        super().__init__(message)
+        self.message, self.retryable, self.retry_after = message, retryable, retry_after
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date); None if absent/invalid."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
+    """Exponential backoff with "equal jitter": a delay in [d/2, d] with d = min(cap, base * 2**attempt)."""
+    ceiling = min(cap, base * (2**attempt))
+    return ceiling / 2 + rng.uniform(0, ceiling / 2)
+
+
+def parse_openai_spec(target: str) -> tuple[str, str, dict[str, Any]]:
+    """``"http://host:8000/v1#model?concurrency=8"`` -> ``(base_url, model, options)``."""
+    if "#" not in target:
+        raise ValueError(
+            f"malformed openai spec 'openai:{target}': expected 'openai:<base url>#<model>', "
+            "e.g. 'openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-0.5B-Instruct'"
+        )
+    base_url, model = target.rsplit("#", 1)
+    model, options = split_options(model, _SPEC_OPTIONS, "openai")
+    if not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"openai spec base url {base_url!r} must start with http:// or https://")
+    if not model:
+        raise ValueError(f"openai spec 'openai:{target}' names no model after '#'")
+    return base_url, model, options
+
+
+class OpenAIAgent(Agent):
+    """A model behind an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Args:
+        base_url: the API root, e.g. ``"http://127.0.0.1:8000/v1"``.
+        model: the served model's name.
+        name: display name (default: ``model``).
+        api_key_env: environment variable holding the API key (sent as ``Authorization: Bearer``);
+            unset means no key (local servers).
+        concurrency: the most requests in flight at once.
+        timeout: seconds per attempt (connect, read and write).
+        max_retries: retries after the first attempt of a request.
+        backoff_base, backoff_max: exponential backoff of retry ``k``: ``min(max, base * 2**k)``,
+            jittered down by up to half; a server's ``Retry-After`` (capped at ``retry_after_max``)
+            takes precedence.
+        logprobs: ask for the sampled tokens' log-probabilities (``logprobs: true``).
+        token_ids: ask vLLM servers for token ids (``return_tokens_as_token_ids``, ``return_token_ids``;
+            vLLM-specific fields that other servers may reject).
+        seed_bits: seeds are reduced modulo ``2**seed_bits`` (servers such as llama.cpp take 32-bit seeds).
+        extra_body: fields added to every request body (e.g. ``{"top_k": 20}``).
+
+    Example:
+        >>> agent = OpenAIAgent("http://127.0.0.1:8000/v1", "qwen")                   # doctest: +SKIP
+        >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])[0].text  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        name: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        concurrency: int = 16,
+        timeout: float = 120.0,
+        max_retries: int = 6,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        retry_after_max: float = 120.0,
+        logprobs: bool = False,
+        token_ids: bool = False,
+        seed_bits: int = 31,
+        extra_body: dict[str, Any] | None = None,
+    ):
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = name or model
+        self.api_key_env = api_key_env
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.retry_after_max = retry_after_max
+        self.logprobs = logprobs
+        self.token_ids = token_ids
+        self.seed_bits = seed_bits
+        self.extra_body = dict(extra_body or {})
+        self._rng = random.Random()
+
+    @classmethod
+    def from_spec(cls, target: str) -> OpenAIAgent:
+        """Build from the part of ``openai:<base url>#<model>[?options]`` after ``openai:``."""
+        base_url, model, options = parse_openai_spec(target)
+        return cls(base_url, model, **options)
+
+    @property
+    def fingerprint(self) -> str:
+        return f"openai:{self.base_url}#{self.model}"
+
+    def __repr__(self) -> str:
+        return f"OpenAIAgent({self.name!r}, base_url={self.base_url!r}, model={self.model!r})"
+
+    # ------------------------------------------------------------------ requests
+    def payload(self, request: Request) -> dict[str, Any]:
+        """The JSON body of one chat-completions request."""
+        s = request.sampling
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "max_tokens": s.max_new_tokens,
+            "n": 1,
+        }
+        if s.seed is not None:
+            body["seed"] = int(s.seed) % (2**self.seed_bits)
+        if self.logprobs:
+            body["logprobs"] = True
+        if self.token_ids:  # vLLM: ids in the logprob tokens ("token_id:N"), and (>= 0.10.2) as lists
+            body["return_tokens_as_token_ids"] = True
+            body["return_token_ids"] = True
+        body.update(self.extra_body)
+        return body
+
+    def _generate(self, requests: list[Request]) -> list[Generation]:
+        coroutine = self._generate_all(requests)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coroutine)
+        # Called from inside a running event loop (Jupyter, an async app): use a private loop in a thread.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, coroutine).result()
+
+    async def _generate_all(self, requests: list[Request]) -> list[Generation]:
+        headers = {"Content-Type": "application/json"}
+        api_key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        semaphore = asyncio.Semaphore(self.concurrency)
+        async with httpx.AsyncClient(headers=headers, timeout=self.timeout, limits=limits) as client:
+            tasks = [asyncio.ensure_future(self._one(client, semaphore, r, api_key)) for r in requests]
+            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            for t in tasks:  # the first failure in request order
+                if t.done() and not t.cancelled() and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+            return [t.result() for t in tasks]
+
+    async def _one(
+        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, request: Request, api_key: str | None
+    ) -> Generation:
+        body = self.payload(request)
+        url = f"{self.base_url}/chat/completions"
+        last: _Failure | None = None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                wait = backoff_delay(attempt - 1, self.backoff_base, self.backoff_max, self._rng)
+                if last is not None and last.retry_after is not None:
+                    wait = min(self.retry_after_max, last.retry_after)
+                await asyncio.sleep(wait)
+            t0 = time.perf_counter()
+            try:
+                async with semaphore:
+                    data = await self._post(client, url, body)
+                generation = self._parse(data)
+                generation.seconds = time.perf_counter() - t0
+                return generation
+            except _Failure as failure:
+                last = failure
+                if not failure.retryable:
+                    break
+        attempts = attempt + 1
+        message = (
+            f"OpenAIAgent {self.name!r} (model {self.model!r} at {self.base_url}): request for example "
+            f"{_example_id(request)!r} failed after {attempts} attempt{'s' * (attempts > 1)}; last failure: {last}"
+        )
+        raise OpenAIRequestError(_redact(message, api_key))
+
+    async def _post(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Any:
+        try:
+            response = await client.post(url, json=body)
+        except httpx.TimeoutException as e:
+            raise _Failure(f"timed out after {self.timeout} s ({type(e).__name__})", retryable=True) from None
+        except httpx.TransportError as e:  # connection refused/reset, dropped mid-response, protocol errors
+            raise _Failure(f"connection error ({type(e).__name__}: {e})", retryable=True) from None
+        if response.status_code != 200:
+            snippet = response.text[:300].replace("\n", " ")
+            raise _Failure(
+                f"HTTP {response.status_code}: {snippet}",
+                retryable=response.status_code in RETRYABLE_STATUS,
+                retry_after=parse_retry_after(response.headers.get("retry-after")),
+            )
+        try:
+            return response.json()
+        except ValueError:
+            snippet = response.text[:200].replace("\n", " ")
+            raise _Failure(f"malformed JSON in the response: {snippet!r}", retryable=True) from None
+
+    def _parse(self, data: Any) -> Generation:
+        """Map a chat-completions response to a :class:`Generation`; malformed responses raise a retryable failure."""
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+            finish = choice.get("finish_reason") or "stop"
+            text = message.get("content")
+            if text is None:
+                if finish != "length":
+                    raise KeyError("message.content is null")
+                text = ""
+            if not isinstance(text, str):
+                raise TypeError(f"message.content is {type(text).__name__}, not a string")
+            usage = data.get("usage") or {}
+            logprobs, token_ids = _logprobs_of(choice)
+            prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
+            prompt_ids = [int(t) for t in prompt_ids] if isinstance(prompt_ids, list) else None
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
+            raise _Failure(f"malformed chat-completions response ({type(e).__name__}: {e})", retryable=True) from None
+        completion_tokens = int(usage.get("completion_tokens") or (len(logprobs) if logprobs else 0))
+        return Generation(
+            text=text,
+            token_ids=token_ids,
+            logprobs=logprobs,
+            finish_reason="length" if finish == "length" else "stop",
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=completion_tokens,
+            prompt_token_ids=prompt_ids,
+        )
+
+
+def _logprobs_of(choice: dict[str, Any]) -> tuple[list[float] | None, list[int] | None]:
+    """The sampled tokens' log-probs and, when the server gives them, their ids."""
+    token_ids = choice.get("token_ids")
+    token_ids = [int(t) for t in token_ids] if isinstance(token_ids, list) else None
+    block = choice.get("logprobs")
+    if not block or not block.get("content"):
+        return None, token_ids
+    entries = block["content"]
+    logprobs = [float(e["logprob"]) for e in entries]
+    if token_ids is None:
+        matches = [_TOKEN_ID.match(str(e.get("token", ""))) for e in entries]
+        if all(matches):
+            token_ids = [int(m.group(1)) for m in matches]  # type: ignore[union-attr]
+    return logprobs, token_ids
+
+
+def _example_id(request: Request) -> str | None:
+    example = request.metadata.get("example")
+    return getattr(example, "id", example)
+
+
+def _redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+_SPEC_OPTIONS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "api_key_env": str,
+    "concurrency": int,
+    "timeout": float,
+    "max_retries": int,
+    "backoff_base": float,
+    "backoff_max": float,
+    "retry_after_max": float,
+    "logprobs": bool,
+    "token_ids": bool,
+    "seed_bits": int,
+}

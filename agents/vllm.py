@@ -1,0 +1,346 @@
+"""vLLM's offline engine as an :class:`Agent` (GPU; the ``vllm`` extra: ``pip install 'crl-envs[vllm]'``).
+
+One ``generate`` is one ``LLM.generate`` call over the whole batch, with one ``vllm.SamplingParams``
+per request (its own seed, temperature, top_p, max_tokens; ``logprobs=0`` returns the sampled
+token's log-prob). Prompts are rendered with the tokenizer's chat template exactly as
+:class:`agents.HFAgent` renders them and passed as token ids, so both backends see the same tokens
+(no doubled BOS). LoRA adapters go through ``LoRARequest``; :meth:`VLLMAgent.load_weights` pushes a
+trained model's weights into the running engine. Several models share one GPU by giving each a
+``gpu_memory_utilization`` share (e.g. 0.4 and 0.4).
+
+vLLM is imported only when a :class:`VLLMAgent` is built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agents.base import Agent, Generation, Message, Request, SamplingParams
+from agents.spec_options import split_options
+
+INSTALL_HINT = "pip install 'crl-envs[vllm]'"
+
+
+def import_vllm() -> Any:
+    """The ``vllm`` module, or an ImportError that says what to install."""
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(
+            f"VLLMAgent (spec 'vllm:...') needs vLLM, which is not installed: {INSTALL_HINT} "
+            "(vLLM runs on a CUDA GPU; on CPU use 'hf:<path or hub id>')"
+        ) from e
+    return vllm
+
+
+def vllm_sampling_kwargs(params: SamplingParams, logprobs: bool = True) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.SamplingParams`` for one request (one sample, its own seed)."""
+    return {
+        "n": 1,
+        "temperature": float(params.temperature),
+        "top_p": float(params.top_p),
+        "max_tokens": int(params.max_new_tokens),
+        "seed": None if params.seed is None else int(params.seed) % (2**63),
+        "logprobs": 0 if logprobs else None,
+    }
+
+
+_SPEC_OPTIONS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "gpu_memory_utilization": float,
+    "dtype": str,
+    "seed": int,
+    "max_model_len": int,
+    "enable_lora": bool,
+    "max_lora_rank": int,
+    "lora_path": str,
+    "enforce_eager": bool,
+    "logprobs": bool,
+    "tensor_parallel_size": int,
+}
+
+
+def parse_vllm_spec(target: str) -> tuple[str, dict[str, Any]]:
+    """``"Qwen/Qwen2.5-0.5B-Instruct?gpu_memory_utilization=0.4"`` -> ``(model, options)``."""
+    model, options = split_options(target, _SPEC_OPTIONS, "vllm")
+    if not model:
+        raise ValueError(f"vllm spec 'vllm:{target}' names no model: write 'vllm:<hub id or path>'")
+    return model, options
+
+
+class VLLMAgent(Agent):
+    """A model served by vLLM's offline engine (``vllm.LLM``) in this process.
+
+    Args:
+        model: a hub id or a local directory (written by ``save_pretrained``).
+        name: display name (default: the path's last component).
+        gpu_memory_utilization: the share of GPU memory this engine may take (weights + KV cache);
+            give each model of a pool its share, e.g. 0.4 + 0.4. ``None``: vLLM's default (0.9).
+        dtype: ``"auto"``, ``"bfloat16"``, ``"float16"``, ...
+        seed: the engine's seed (each request also carries its own).
+        max_model_len: context length (lower it to fit more models on one GPU).
+        enable_lora, max_lora_rank: LoRA support (on when ``lora_path`` is given).
+        lora_path: a PEFT adapter directory applied to every request.
+        logprobs: return the sampled tokens' log-probs (the trainers need them): under the
+            temperature-scaled distribution where vLLM offers ``logprobs_mode`` (>= 0.10), as HFAgent
+            does; with ``top_p < 1`` vLLM renormalises over the nucleus, HFAgent does not.
+        engine_kwargs: more ``vllm.LLM`` keyword arguments.
+
+    Example:
+        >>> agent = VLLMAgent("Qwen/Qwen2.5-0.5B-Instruct", gpu_memory_utilization=0.4)   # doctest: +SKIP
+        >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])[0].text      # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        name: str | None = None,
+        gpu_memory_utilization: float | None = None,
+        dtype: str = "auto",
+        seed: int = 0,
+        max_model_len: int | None = None,
+        enable_lora: bool = False,
+        max_lora_rank: int = 16,
+        lora_path: str | None = None,
+        enforce_eager: bool = False,
+        logprobs: bool = True,
+        tensor_parallel_size: int = 1,
+        engine_kwargs: Mapping[str, Any] | None = None,
+    ):
+        if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        self._vllm = import_vllm()
+        self.source = str(model)
+        self.name = name or Path(self.source).name or self.source
+        self.logprobs = logprobs
+        kwargs: dict[str, Any] = {
+            "model": self.source,
+            "dtype": dtype,
+            "seed": seed,
+            "enable_lora": enable_lora or lora_path is not None,
+            "enforce_eager": enforce_eager,
+            "tensor_parallel_size": tensor_parallel_size,
+        }
+        if gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        if kwargs["enable_lora"]:
+            kwargs["max_lora_rank"] = max_lora_rank
+        if logprobs and _engine_accepts("logprobs_mode"):
+            # log-probs of the temperature-scaled distribution, as HFAgent reports them (vLLM's default is raw)
+            kwargs["logprobs_mode"] = "processed_logprobs"
+        kwargs.update(engine_kwargs or {})
+        self.llm = self._vllm.LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.eos_ids = self._eos_ids()
+        self._lora_ids = 0
+        self.lora_request: Any | None = None
+        self._weights_tag = "base"
+        if lora_path is not None:
+            self.set_lora(lora_path)
+
+    @classmethod
+    def from_spec(cls, target: str) -> VLLMAgent:
+        """Build from the part of ``vllm:<hub id or path>[?options]`` after ``vllm:``."""
+        model, options = parse_vllm_spec(target)
+        return cls(model, **options)
+
+    # ------------------------------------------------------------------ prompts
+    def render(self, messages: Sequence[Message]) -> str:
+        """The prompt text of a chat, rendered as :meth:`agents.HFAgent.render` renders it."""
+        from agents.hf import plain_chat_format
+
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return plain_chat_format(messages)
+
+    def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
+        return list(self.tokenizer.encode(self.render(messages), add_special_tokens=False))
+
+    # ------------------------------------------------------------------ generation
+    def _generate(self, requests: list[Request]) -> list[Generation]:
+        prompt_ids = [self.encode_prompt(r.messages) for r in requests]
+        params = [self._vllm.SamplingParams(**vllm_sampling_kwargs(r.sampling, self.logprobs)) for r in requests]
+        extra = {"lora_request": self.lora_request} if self.lora_request is not None else {}
+        t0 = time.perf_counter()
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in prompt_ids], sampling_params=params, use_tqdm=False, **extra
+        )
+        per_request = (time.perf_counter() - t0) / len(requests)
+        results = []
+        for request, ids, output in zip(requests, prompt_ids, outputs):
+            completion = output.outputs[0]
+            if completion.finish_reason not in ("stop", "length"):
+                example = getattr(request.metadata.get("example"), "id", None)
+                raise RuntimeError(
+                    f"VLLMAgent {self.name!r}: request for example {example!r} ended with finish reason "
+                    f"{completion.finish_reason!r}"
+                )
+            tokens = list(completion.token_ids)
+            logprobs = _sampled_logprobs(completion.logprobs, tokens) if self.logprobs else None
+            if completion.finish_reason == "stop" and tokens and tokens[-1] in self.eos_ids:
+                tokens = tokens[:-1]  # like HFAgent: the end-of-sequence token is not part of the answer
+                logprobs = logprobs[:-1] if logprobs is not None else None
+            results.append(
+                Generation(
+                    text=completion.text,
+                    token_ids=tokens,
+                    logprobs=logprobs,
+                    finish_reason=completion.finish_reason,
+                    prompt_tokens=len(ids),
+                    completion_tokens=len(tokens),
+                    prompt_token_ids=ids,
+                    seconds=per_request,
+                )
+            )
+        return results
+
+    # ------------------------------------------------------------------ adapters and weights
+    def set_lora(self, path: str | Path | None) -> None:
+        """Apply the PEFT adapter at ``path`` to every request (None: the base model). Each call makes a
+        new adapter id, so a re-saved adapter at the same path is loaded afresh."""
+        if path is None:
+            self.lora_request = None
+            return
+        from vllm.lora.request import LoRARequest
+
+        self._lora_ids += 1
+        self.lora_request = LoRARequest(f"{self.name}-lora-{self._lora_ids}", self._lora_ids, str(path))
+
+    def load_weights(self, weights: Mapping[str, Any] | Iterable[tuple[str, Any]] | str | Path) -> None:
+        """Replace the engine's weights with a trained model's: a state dict, ``(name, tensor)`` pairs, or a
+        checkpoint (a ``save_pretrained`` directory or one ``.safetensors``/``.bin`` file).
+
+        Names are the Hugging Face ones (vLLM's ``model.load_weights`` maps them). Works in-process
+        (``llm_engine.model_executor.driver_worker...``) and across vLLM's engine process
+        (``LLM.collective_rpc``), whichever the installed vLLM version offers; recent vLLM versions
+        need ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` to send the loading function to the engine process.
+        """
+        pairs = _weight_pairs(weights)
+        model = _in_process_model(self.llm)
+        if model is not None:
+            model.load_weights(pairs)
+        elif hasattr(self.llm, "collective_rpc"):
+            self.llm.collective_rpc(_load_weights_on_worker, args=(pairs,))
+        else:
+            raise RuntimeError(
+                f"VLLMAgent {self.name!r}: this vLLM version offers neither an in-process model nor "
+                "LLM.collective_rpc; cannot load new weights (upgrade vLLM)"
+            )
+        reset = getattr(self.llm, "reset_prefix_cache", None)
+        if callable(reset):  # cached prefixes were computed with the old weights
+            reset()
+        self._weights_tag = _checksum(pairs)
+
+    # ------------------------------------------------------------------ identity
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        sources = [getattr(self.tokenizer, "eos_token_id", None)]
+        try:
+            sources.append(self.llm.llm_engine.model_config.hf_config.eos_token_id)
+        except AttributeError:
+            pass
+        for s in sources:
+            if isinstance(s, int):
+                ids.add(s)
+            elif isinstance(s, (list, tuple)):
+                ids.update(int(x) for x in s)
+        return ids
+
+    @property
+    def fingerprint(self) -> str:
+        lora = self.lora_request.lora_path if self.lora_request is not None else "-"
+        return f"vllm:{self.name}:{self.source}:{lora}:{self._weights_tag}"
+
+    def __repr__(self) -> str:
+        return f"VLLMAgent({self.name!r}, model={self.source!r})"
+
+
+def _engine_accepts(option: str) -> bool:
+    """Whether the installed vLLM's engine takes ``option`` (e.g. ``logprobs_mode``, vLLM >= 0.10)."""
+    try:
+        import dataclasses
+
+        from vllm.engine.arg_utils import EngineArgs
+
+        return option in {f.name for f in dataclasses.fields(EngineArgs)}
+    except Exception:  # noqa: BLE001 - an older or stand-in vLLM: leave the option out
+        return False
+
+
+def _sampled_logprobs(per_position: Any, tokens: list[int]) -> list[float] | None:
+    """The log-prob of each sampled token from vLLM's per-position ``{token id: Logprob}`` maps."""
+    if per_position is None:
+        return None
+    out = []
+    for position, token in enumerate(tokens):
+        entry = per_position[position][token]
+        out.append(float(getattr(entry, "logprob", entry)))
+    return out
+
+
+def _weight_pairs(weights: Mapping[str, Any] | Iterable[tuple[str, Any]] | str | Path) -> list[tuple[str, Any]]:
+    if isinstance(weights, (str, Path)):
+        return list(_load_checkpoint(Path(weights)).items())
+    if isinstance(weights, Mapping):
+        items = list(weights.items())
+    else:
+        items = list(weights)
+    return [(name, tensor.detach()) for name, tensor in items]
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any]:
+    import torch
+
+    if path.is_dir():
+        files = sorted(path.glob("*.safetensors")) or sorted(path.glob("pytorch_model*.bin"))
+    else:
+        files = [path] if path.exists() else []
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors or pytorch_model*.bin weights in {path}")
+    state: dict[str, Any] = {}
+    for f in files:
+        if f.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state.update(load_file(str(f)))
+        else:
+            state.update(torch.load(f, map_location="cpu", weights_only=True))
+    return state
+
+
+def _in_process_model(llm: Any) -> Any | None:
+    """The engine's ``nn.Module`` when it lives in this process (older vLLM, or V1 without multiprocessing)."""
+    for chain in (
+        "llm_engine.model_executor.driver_worker.model_runner.model",
+        "llm_engine.model_executor.driver_worker.worker.model_runner.model",
+    ):
+        obj = llm
+        try:
+            for attr in chain.split("."):
+                obj = getattr(obj, attr)
+        except AttributeError:
+            continue
+        if hasattr(obj, "load_weights"):
+            return obj
+    return None
+
+
+def _load_weights_on_worker(worker: Any, pairs: list[tuple[str, Any]]) -> None:
+    """Runs inside each vLLM worker (through ``collective_rpc``)."""
+    runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
+    runner.model.load_weights(weights=pairs)
+
+
+def _checksum(pairs: list[tuple[str, Any]]) -> str:
+    h = hashlib.blake2b(digest_size=8)
+    for name, tensor in pairs:
+        h.update(name.encode())
+        h.update(tensor.reshape(-1)[:256].float().cpu().numpy().tobytes())
+    return h.hexdigest()

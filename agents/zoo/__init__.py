@@ -1,0 +1,80 @@
+"""The zoo: small causal LMs that ship with the library, so everything runs offline on a CPU.
+
+``agents.pool("zoo")`` (or :func:`load`) returns a :class:`agents.Pool` of character-level GPT-2s
+(4 layers, width 128; ``zoo-mini``: 2 layers, width 64), loaded with ``from_pretrained`` from
+``agents/zoo/models/<name>/`` and played through the ordinary :class:`agents.HFAgent`. They answer
+``"The answer is N."``.
+
+**Task.** The zoo is trained for ``crl_envs.tasks.load("arith", **agents.zoo.TASK_OPTIONS)``:
+two-digit integer addition and subtraction (``"What is 47 + 85?"``), the task's default settings.
+Other tasks are out of their depth (they score near 0 on anything else).
+
+**Skills.** A shared base learned the format and the carry-free core; each specialist then saw the
+full task except one question kind, its *blind spot*, which made up only 3% of its training mix.
+They were trained on the prompts the protocols emit (answering alone, revising after reading 0..4
+peers, aggregating and fusing proposals, picking the best candidate, routing, stating confidence):
+see :mod:`agents.zoo.build`, which rebuilds them from a seed.
+
+{TABLE}
+
+Example:
+    >>> import agents, crl_envs                                              # doctest: +SKIP
+    >>> zoo = agents.pool("zoo")                                             # doctest: +SKIP
+    >>> task = crl_envs.tasks.load("arith", n=100, **agents.zoo.TASK_OPTIONS)  # doctest: +SKIP
+    >>> crl_envs.run_episodes(crl_envs.vote_v0, zoo, task)                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from agents.pool import register_backend, register_pool
+from agents.zoo.build import SPECS, TASK_OPTIONS
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+#: Model names in pool order.
+NAMES: tuple[str, ...] = tuple(s.name for s in SPECS)
+#: The task settings the zoo is trained for: ``crl_envs.tasks.load("arith", **TASK_OPTIONS)``.
+TASK = {"name": "arith", **TASK_OPTIONS}
+
+
+def model_dir(name: str) -> Path:
+    """The directory of a shipped zoo model."""
+    if name not in NAMES:
+        raise ValueError(f"unknown zoo model {name!r}; the zoo has {list(NAMES)}")
+    path = MODELS_DIR / name
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(
+            f"zoo model {name!r} is missing from {path}; rebuild the zoo with "
+            f"`python -m agents.zoo.build --out {MODELS_DIR}` (or reinstall the package)"
+        )
+    return path
+
+
+def load(names: Sequence[str] | None = None, *, batch_size: int = 256):
+    """The zoo as a :class:`agents.Pool` of :class:`agents.HFAgent` (all models, or ``names`` in that order)."""
+    from agents.hf import HFAgent
+    from agents.pool import Pool
+
+    chosen = list(NAMES) if names is None else list(names)
+    if not chosen:
+        raise ValueError("load(names=[]) asks for an empty zoo; pass None for all models or some of "
+                         f"{list(NAMES)}")
+    return Pool([HFAgent(model_dir(n), name=n, batch_size=batch_size) for n in chosen])
+
+
+def agents_list() -> list:
+    """The zoo's agents in pool order (what ``agents.pool("zoo")`` plays)."""
+    return list(load().values())
+
+
+def _agent_from_spec(name: str):
+    """``agents.from_spec("zoo:<name>")``: one zoo model."""
+    return load([name])["model_0"]
+
+
+register_pool("zoo", agents_list)
+register_backend("zoo", _agent_from_spec)
+
+__all__ = ["NAMES", "TASK", "TASK_OPTIONS", "MODELS_DIR", "load", "model_dir", "agents_list"]

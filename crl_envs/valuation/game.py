@@ -1,0 +1,282 @@
+"""The coalition game of a pool under a protocol, with an on-disk cache of every coalition's run.
+
+``v(S)`` is the **per-question score vector** of the system played by coalition ``S`` through
+:func:`crl_envs.run_episodes`, averaged over samples. Every coalition plays the same example ids with
+the same seeds (the runner derives each request's seed from the run seed, the example, the sample,
+the agent and the phase), so coalitions are compared question by question (a paired design).
+
+Coalitions are bitmasks over the pool's order: bit ``i`` set means ``model_i`` takes part.
+
+Cache layout: ``<cache_dir>/<game key>/meta.json`` describes the game; ``<cache_dir>/<game key>/
+<mask>.json`` holds one coalition's per-question scores. The game key hashes everything that
+determines a result: protocol name and options, role agents (e.g. a judge) and the pool's agent
+fingerprints (an ``HFAgent``'s changes with its weights), the task's fingerprint and its examples,
+sampling settings, samples and seed. Each coalition's file is written atomically (temp file, fsync, ``os.replace``) as soon as its
+run ends, so a killed run loses at most the coalition in flight and a second run recomputes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from agents import Agent, Pool, SamplingParams
+from agents import pool as make_pool
+from crl_envs import protocols
+from crl_envs import tasks as task_registry
+from crl_envs.runner import DEFAULT_SAMPLING, ProtocolFactory, run_episodes
+from crl_envs.tasks import Task
+
+CACHE_VERSION = 1
+#: The protocol whose one-member coalition is "the model alone, answering the task once".
+INDIVIDUAL_PROTOCOL = "vote"
+
+
+def default_cache_dir() -> Path:
+    """``$CRL_ENVS_CACHE/valuation`` or ``~/.cache/crl_envs/valuation``."""
+    root = os.environ.get("CRL_ENVS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "crl_envs")
+    return Path(root) / "valuation"
+
+
+def mask_of(members: Iterable[int]) -> int:
+    """The bitmask of a coalition given by member indices."""
+    mask = 0
+    for i in members:
+        mask |= 1 << int(i)
+    return mask
+
+
+def members_of(mask: int, n: int) -> list[int]:
+    """The member indices of a bitmask, in pool order."""
+    return [i for i in range(n) if mask >> i & 1]
+
+
+class CoalitionGame:
+    """``v(S)`` per question for every coalition ``S`` of ``pool`` playing ``protocol`` on ``task``.
+
+    Args:
+        protocol: a protocol factory (``crl_envs.debate_v0``) or name (``"debate"``).
+        pool: the players (a :class:`agents.Pool` or anything :func:`agents.pool` accepts).
+        task: a Task or a task name; every example is played.
+        samples: episodes per question (scores are averaged over them).
+        seed: the run seed passed to :func:`run_episodes`.
+        sampling: sampling settings (one for all, or per agent id); default greedy.
+        options: keyword arguments of the protocol factory.
+        cache_dir: where results live (default :func:`default_cache_dir`); ``False`` disables the disk cache.
+        progress: show a progress bar over coalitions.
+
+    ``evaluations`` counts the coalition runs this object actually executed (cache hits excluded).
+    """
+
+    def __init__(
+        self,
+        protocol: ProtocolFactory | str,
+        pool: Pool | Sequence[Agent | str] | str,
+        task: Task | str,
+        *,
+        samples: int = 1,
+        seed: int = 0,
+        sampling: SamplingParams | Mapping[str, SamplingParams] | None = None,
+        options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike | None | bool = None,
+        progress: bool = True,
+    ):
+        self.factory = protocols.get(protocol)
+        self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
+        self.task = task if isinstance(task, Task) else task_registry.load(task)
+        if not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples must be an int >= 1, got {samples!r}")
+        self.samples, self.seed = samples, int(seed)
+        self.sampling = sampling
+        self.options = dict(options or {})
+        self.progress = progress
+        probe = self.factory(self.pool, self.task, **self.options)
+        self.protocol_name: str = probe.metadata["name"]
+        self._role_agents: dict[str, Agent] = dict(getattr(probe, "role_agents", {}))
+        self.empty_value: float = _empty_value(probe, self.task)
+        self.ids: list[str] = list(self.pool.ids)
+        self.n = len(self.ids)
+        self.example_ids: list[str] = [e.id for e in self.task.examples]
+        self.evaluations = 0
+        self._memory: dict[int, np.ndarray] = {}
+        self.key = _digest(self.describe())
+        if cache_dir is False:
+            self.directory: Path | None = None
+        else:
+            self.directory = Path(cache_dir) if cache_dir not in (None, True) else default_cache_dir()
+            self.directory = self.directory / self.key
+            self.directory.mkdir(parents=True, exist_ok=True)
+            meta = self.directory / "meta.json"
+            if not meta.exists():
+                _atomic_write_json(meta, self.describe())
+
+    # ------------------------------------------------------------------ identity
+    def describe(self) -> dict[str, Any]:
+        """Everything that determines a coalition's result (hashed into the cache key)."""
+        return {
+            "version": CACHE_VERSION,
+            "protocol": self.protocol_name,
+            "protocol_factory": f"{getattr(self.factory, '__module__', '')}.{getattr(self.factory, '__qualname__', '')}",
+            "options": _canonical(self.options),
+            "roles": {r: a.fingerprint for r, a in sorted(self._role_agents.items())},
+            "pool": [[i, self.pool[i].name, self.pool[i].fingerprint] for i in self.pool.ids],
+            "task": self.task.fingerprint,
+            "examples": _digest([[e.id, e.question, e.answer] for e in self.task.examples]),
+            "n_examples": len(self.task),
+            "sampling": _canonical_sampling(self.sampling),
+            "samples": self.samples,
+            "seed": self.seed,
+        }
+
+    # ------------------------------------------------------------------ values
+    def value(self, mask: int) -> np.ndarray:
+        """``v(S)`` per question (shape ``(questions,)``); the empty coalition is ``empty_value``."""
+        return self.values([mask])[mask]
+
+    def values(self, masks: Iterable[int]) -> dict[int, np.ndarray]:
+        """``v(S)`` per question for each mask; missing coalitions are played (and cached) in order."""
+        masks = list(dict.fromkeys(int(m) for m in masks))
+        full = (1 << self.n) - 1
+        for m in masks:
+            if not 0 <= m <= full:
+                raise ValueError(f"coalition mask {m} out of range for a pool of {self.n}")
+        todo = [m for m in masks if m and self._lookup(m) is None]
+        bar = tqdm(todo, desc=f"{self.protocol_name} coalitions", unit="coalition", disable=not self.progress or not todo)
+        for m in bar:
+            self._memory[m] = self._play(m)
+        bar.close()
+        return {m: self._lookup(m) if m else np.full(len(self.example_ids), self.empty_value) for m in masks}
+
+    def table(self, masks: Sequence[int]) -> np.ndarray:
+        """The ``(len(masks), questions)`` score table of the given coalitions."""
+        vals = self.values(masks)
+        return np.stack([vals[int(m)] for m in masks]) if len(masks) else np.zeros((0, len(self.example_ids)))
+
+    def cached(self, mask: int) -> bool:
+        """Whether ``mask``'s result is already known (in memory or on disk)."""
+        return mask == 0 or self._lookup(mask) is not None
+
+    # ------------------------------------------------------------------ internals
+    def _path(self, mask: int) -> Path | None:
+        return None if self.directory is None else self.directory / f"{mask}.json"
+
+    def _lookup(self, mask: int) -> np.ndarray | None:
+        if mask in self._memory:
+            return self._memory[mask]
+        path = self._path(mask)
+        if path is None or not path.exists():
+            return None
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):  # a torn file cannot exist (atomic writes); be safe anyway
+            return None
+        if record.get("key") != self.key or record.get("example_ids") != self.example_ids:
+            return None
+        scores = np.asarray(record["scores"], dtype=float)
+        self._memory[mask] = scores
+        return scores
+
+    def _play(self, mask: int) -> np.ndarray:
+        coalition = [self.ids[i] for i in members_of(mask, self.n)]
+        episodes = run_episodes(
+            self.factory, self.pool, self.task, coalition=coalition, samples=self.samples, seed=self.seed,
+            sampling=self.sampling, options=self.options, progress=False,
+        )
+        index = {eid: k for k, eid in enumerate(self.example_ids)}
+        totals = np.zeros(len(self.example_ids))
+        for ep in episodes:
+            totals[index[ep.example_id]] += ep.score
+        scores = totals / self.samples
+        self.evaluations += 1
+        path = self._path(mask)
+        if path is not None:
+            _atomic_write_json(path, {
+                "key": self.key, "coalition": coalition, "mask": mask, "protocol": self.protocol_name,
+                "empty_value": self.empty_value, "example_ids": self.example_ids, "scores": scores.tolist(),
+            })
+        return scores
+
+    def __repr__(self) -> str:
+        return f"CoalitionGame({self.protocol_name}, {self.pool!r}, {self.task!r}, key={self.key[:12]})"
+
+
+def individual_game(game: CoalitionGame) -> CoalitionGame:
+    """The game whose one-member coalitions are each model answering the task alone, once.
+
+    ``vote_v0`` with one member is exactly that: one ``answer`` phase with the task's prompt, the
+    member's answer is the system's answer. The same pool, task, sampling, samples, seed and cache.
+    """
+    return CoalitionGame(
+        INDIVIDUAL_PROTOCOL, game.pool, game.task, samples=game.samples, seed=game.seed,
+        sampling=game.sampling, cache_dir=False if game.directory is None else game.directory.parent,
+        progress=game.progress,
+    )
+
+
+def _empty_value(env: Any, task: Task) -> float:
+    """v(∅) from the protocol: a number, ``"chance"`` (the task's chance level) or a callable."""
+    value = getattr(env, "empty_value", 0.0)
+    if isinstance(value, str):
+        if value != "chance":
+            raise ValueError(f"{type(env).__name__}.empty_value must be a number, 'chance' or a callable, got {value!r}")
+        value = task.chance
+    elif callable(value):
+        value = value(task) if len(inspect.signature(value).parameters) else value()
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{type(env).__name__}.empty_value must lie in [0, 1], got {value}")
+    return value
+
+
+def _canonical(obj: Any) -> Any:
+    """A JSON-able, order-independent form of options (agents by fingerprint, other objects by repr)."""
+    return json.loads(json.dumps(obj, sort_keys=True, default=_describe_object))
+
+
+def _describe_object(obj: Any) -> str:
+    return obj.fingerprint if isinstance(obj, Agent) else repr(obj)
+
+
+def _canonical_sampling(sampling: SamplingParams | Mapping[str, SamplingParams] | None) -> Any:
+    if sampling is None:
+        return asdict(DEFAULT_SAMPLING)
+    if isinstance(sampling, SamplingParams):
+        return asdict(sampling)
+    return {k: asdict(v) for k, v in sorted(sampling.items())}
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()[:32]
+
+
+def _atomic_write_json(path: Path, payload: Any) -> None:
+    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass

@@ -1,0 +1,277 @@
+"""OpenAIAgent against a real HTTP server on loopback, with injected faults.
+
+The server answers each chat request with a text computed from the request (its last message and
+seed), so the tests can check every answer and its order. A fault plan decides, per request and
+attempt, whether to answer with a 500, a 429 with Retry-After, a timeout, malformed JSON or a
+connection dropped mid-response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import random
+import socket
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import agents
+from agents import Request, SamplingParams
+from agents.openai import OpenAIAgent, OpenAIRequestError, backoff_delay, parse_openai_spec, parse_retry_after
+from crl_envs.tasks import Example
+
+FAULTS = ("500", "429", "timeout", "malformed", "drop")
+CLIENT_TIMEOUT = 0.2
+SERVER_STALL = 0.6
+
+
+def expected_answer(content: str, seed: int | None) -> str:
+    return f"answer<{content[::-1]}|{seed}>"
+
+
+class ChatServer:
+    """A chat-completions server in a thread. ``fault(key, attempt)`` returns a fault name or None."""
+
+    def __init__(self, fault: Callable[[str, int], str | None] = lambda key, attempt: None, retry_after: str = "0"):
+        self.fault = fault
+        self.retry_after = retry_after
+        self.attempts: Counter[str] = Counter()
+        self.injected: Counter[str] = Counter()
+        self.bodies: list[dict] = []
+        self.headers: list[dict[str, str]] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                key = body["messages"][-1]["content"]
+                with server.lock:
+                    attempt = server.attempts[key]
+                    server.attempts[key] += 1
+                    server.bodies.append(body)
+                    server.headers.append(dict(self.headers))
+                    kind = server.fault(key, attempt)
+                    if kind:
+                        server.injected[kind] += 1
+                if kind == "500":
+                    self._send(500, f"internal error (auth was {self.headers.get('Authorization')})".encode())
+                elif kind == "400":
+                    self._send(400, b'{"error": "bad request: unknown field"}')
+                elif kind == "429":
+                    self._send(429, b'{"error": "rate limited"}', {"Retry-After": server.retry_after})
+                elif kind == "malformed":
+                    self._send(200, b'{"choices": [{"message": ')
+                elif kind == "null_content":
+                    self._send(200, json.dumps({"choices": [{"message": {"content": None}, "finish_reason": "stop"}]}).encode())
+                elif kind == "drop":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "5000")
+                    self.end_headers()
+                    self.wfile.write(b'{"choices": [{"mess')
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                else:
+                    if kind == "timeout":
+                        time.sleep(SERVER_STALL)
+                    self._answer(body)
+
+            def _answer(self, body):
+                text = expected_answer(body["messages"][-1]["content"], body.get("seed"))
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                if body.get("logprobs"):
+                    choice["logprobs"] = {
+                        "content": [{"token": f"token_id:{ord(c)}", "logprob": -0.5 * (i + 1)} for i, c in enumerate("abc")]
+                    }
+                usage = {"prompt_tokens": len(body["messages"][-1]["content"]), "completion_tokens": len(text)}
+                try:
+                    self._send(200, json.dumps({"choices": [choice], "usage": usage}).encode())
+                except OSError:  # the client gave up (timeout fault)
+                    self.close_connection = True
+
+            def _send(self, status, payload, headers=None):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> ChatServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def make_agent(url: str, **kw) -> OpenAIAgent:
+    options = dict(timeout=CLIENT_TIMEOUT, backoff_base=0.01, backoff_max=0.05, max_retries=4, concurrency=8)
+    options.update(kw)
+    return OpenAIAgent(url, "canned-model", name="canned", **options)
+
+
+def make_requests(n: int, prefix: str = "q") -> list[Request]:
+    return [
+        Request(
+            messages=[{"role": "user", "content": f"{prefix}{i}"}],
+            sampling=SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=32, seed=1000 + i),
+            metadata={"example": Example(id=f"{prefix}-ex-{i}", question=f"{prefix}{i}", answer="0")},
+        )
+        for i in range(n)
+    ]
+
+
+def test_answers_in_order_with_sampling_fields_and_usage():
+    with ChatServer() as server:
+        requests = make_requests(20)
+        gens = make_agent(server.url, concurrency=4).generate(requests)
+    assert [g.text for g in gens] == [expected_answer(f"q{i}", 1000 + i) for i in range(20)]
+    body = next(b for b in server.bodies if b["messages"][-1]["content"] == "q3")
+    assert body["model"] == "canned-model"
+    assert (body["temperature"], body["top_p"], body["max_tokens"], body["seed"], body["n"]) == (0.7, 0.9, 32, 1003, 1)
+    assert "logprobs" not in body
+    assert gens[12].prompt_tokens == len("q12") and gens[12].completion_tokens == len(gens[12].text)
+    assert all(g.finish_reason == "stop" and g.logprobs is None for g in gens)
+
+
+def test_logprobs_and_token_ids_when_requested():
+    with ChatServer() as server:
+        gen = make_agent(server.url, logprobs=True).generate(make_requests(1))[0]
+    assert server.bodies[0]["logprobs"] is True
+    assert gen.logprobs == [-0.5, -1.0, -1.5]
+    assert gen.token_ids == [ord("a"), ord("b"), ord("c")]
+
+
+def test_api_key_sent_as_bearer_and_never_shown(monkeypatch):
+    secret = "sk-test-Zq81secret"
+    monkeypatch.setenv("CRL_TEST_API_KEY", secret)
+    with ChatServer(fault=lambda key, attempt: "500" if key == "q1" else None) as server:
+        agent = make_agent(server.url, api_key_env="CRL_TEST_API_KEY", max_retries=1)
+        assert secret not in repr(agent) and secret not in str(vars(agent))
+        agent.generate(make_requests(1))  # q0 succeeds
+        with pytest.raises(OpenAIRequestError) as info:
+            agent.generate(make_requests(2))
+    assert all(h.get("Authorization") == f"Bearer {secret}" for h in server.headers)
+    shown = "".join(traceback.format_exception(info.value))
+    assert "HTTP 500" in shown and "auth was Bearer ***" in shown
+    assert secret not in shown
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_transient_fault_is_retried(fault):
+    with ChatServer(fault=lambda key, attempt: fault if attempt < 2 else None) as server:
+        gens = make_agent(server.url).generate(make_requests(3))
+    assert [g.text for g in gens] == [expected_answer(f"q{i}", 1000 + i) for i in range(3)]
+    assert all(server.attempts[f"q{i}"] == 3 for i in range(3))
+    assert server.injected[fault] == 6
+
+
+@pytest.mark.parametrize(
+    "fault, shown",
+    [("500", "HTTP 500"), ("429", "HTTP 429"), ("timeout", "timed out"), ("malformed", "malformed JSON"),
+     ("drop", "connection error"), ("null_content", "malformed chat-completions response")],
+)
+def test_persistent_fault_is_surfaced_with_agent_and_example(fault, shown):
+    with ChatServer(fault=lambda key, attempt: fault if key == "q2" else None) as server:
+        with pytest.raises(OpenAIRequestError) as info:
+            make_agent(server.url, max_retries=2).generate(make_requests(4))
+    message = str(info.value)
+    assert "'canned'" in message and "'q-ex-2'" in message and "3 attempts" in message and shown in message
+    assert server.attempts["q2"] == 3
+
+
+def test_client_error_is_not_retried():
+    with ChatServer(fault=lambda key, attempt: "400") as server:
+        with pytest.raises(OpenAIRequestError, match="HTTP 400.*bad request") as info:
+            make_agent(server.url).generate(make_requests(1))
+    assert server.attempts["q0"] == 1 and "1 attempt;" in str(info.value)
+
+
+def test_retry_after_is_honoured():
+    with ChatServer(fault=lambda key, attempt: "429" if attempt == 0 else None, retry_after="1") as server:
+        t0 = time.perf_counter()
+        gen = make_agent(server.url, backoff_base=0.001).generate(make_requests(1))[0]
+        elapsed = time.perf_counter() - t0
+    assert gen.text == expected_answer("q0", 1000)
+    assert elapsed >= 0.95, f"retried after {elapsed:.3f}s, before the server's Retry-After: 1"
+
+
+def test_parse_retry_after_seconds_and_http_date():
+    now = time.time()
+    assert parse_retry_after("3") == 3.0
+    assert parse_retry_after("0.25") == 0.25
+    assert parse_retry_after(email.utils.formatdate(now + 30, usegmt=True), now=now) == pytest.approx(30, abs=1)
+    assert parse_retry_after(email.utils.formatdate(now - 30, usegmt=True), now=now) == 0.0
+    assert parse_retry_after("soon") is None and parse_retry_after(None) is None
+
+
+def test_backoff_grows_exponentially_with_jitter_and_cap():
+    rng = random.Random(0)
+    for attempt in range(8):
+        ceiling = min(1.0, 0.01 * 2**attempt)
+        delays = [backoff_delay(attempt, 0.01, 1.0, rng) for _ in range(50)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays)
+        assert len(set(delays)) > 1
+
+
+def test_200_requests_with_20_percent_transient_faults():
+    def fault(key: str, attempt: int) -> str | None:
+        rng = random.Random(f"{key}/{attempt}")
+        return rng.choice(FAULTS) if rng.random() < 0.2 else None
+
+    with ChatServer(fault=fault) as server:
+        requests = make_requests(200, prefix="m")
+        gens = make_agent(server.url, concurrency=16, max_retries=8).generate(requests)
+    assert [g.text for g in gens] == [expected_answer(f"m{i}", 1000 + i) for i in range(200)]
+    total_faults = sum(server.injected.values())
+    assert total_faults >= 25 and set(server.injected) == set(FAULTS), server.injected
+    assert sum(server.attempts.values()) == 200 + total_faults
+
+
+def test_generate_inside_a_running_event_loop():
+    with ChatServer() as server:
+        agent = make_agent(server.url)
+
+        async def main():
+            return agent.generate(make_requests(3))
+
+        gens = asyncio.run(main())
+    assert [g.text for g in gens] == [expected_answer(f"q{i}", 1000 + i) for i in range(3)]
+
+
+def test_spec_strings():
+    agent = agents.from_spec("openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-0.5B?concurrency=3&logprobs=true")
+    assert isinstance(agent, OpenAIAgent)
+    assert (agent.base_url, agent.model, agent.concurrency, agent.logprobs) == (
+        "http://127.0.0.1:8000/v1", "Qwen/Qwen2.5-0.5B", 3, True)
+    assert parse_openai_spec("https://api.example.com/v1/#gpt") == ("https://api.example.com/v1/", "gpt", {})
+    with pytest.raises(ValueError, match="expected 'openai:<base url>#<model>'"):
+        agents.from_spec("openai:http://127.0.0.1:8000/v1")
+    with pytest.raises(ValueError, match="unknown openai spec option 'concurency'"):
+        agents.from_spec("openai:http://h/v1#m?concurency=3")
+    with pytest.raises(ValueError, match="must start with http"):
+        agents.from_spec("openai:127.0.0.1:8000#m")
+    with pytest.raises(ValueError, match="concurrency must be >= 1"):
+        OpenAIAgent("http://h/v1", "m", concurrency=0)

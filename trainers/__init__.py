@@ -1,0 +1,34 @@
+"""Trainers: make a model a better *collaborator*.
+
+- :class:`CRLTrainer` — C-RL: RL inside the live system on the system's outcome, group baseline.
+- Baselines with the same interface: :class:`GRPOTrainer` (standalone correctness),
+  :class:`LOORewardTrainer` (explicit leave-one-out counterfactual), :class:`ShapleyCreditTrainer`.
+- Plug-in points: :func:`register_advantage`, :func:`register_loss`, or subclass
+  :class:`PolicyGradientTrainer` and override ``collect``.
+- :mod:`trainers.sb3` — discrete roles (a router) with stable-baselines3.
+"""
+
+from trainers.advantages import ADVANTAGES, compute_advantages, register_advantage
+from trainers.base import EvalResult, PolicyGradientTrainer, RolloutBatch, Trainer, paired_bootstrap_ci
+from trainers.baselines import GRPOTrainer, LOORewardTrainer, ShapleyCreditTrainer, shapley_weight
+from trainers.config import (
+    CRLConfig,
+    GRPOConfig,
+    LOORewardConfig,
+    LoraSettings,
+    ShapleyCreditConfig,
+    TrainerConfig,
+)
+from trainers.crl import CRLTrainer
+from trainers.losses import LOSSES, LossInputs, clipped_token_loss, register_loss
+from trainers.rollout import LearnerSequence, learner_sequences, rollout_episodes, token_logprobs
+
+TRAINERS = {"crl": CRLTrainer, "grpo": GRPOTrainer, "loo_reward": LOORewardTrainer, "shapley_credit": ShapleyCreditTrainer}
+
+__all__ = [
+    "ADVANTAGES", "compute_advantages", "register_advantage", "EvalResult", "PolicyGradientTrainer", "RolloutBatch",
+    "Trainer", "paired_bootstrap_ci", "GRPOTrainer", "LOORewardTrainer", "ShapleyCreditTrainer", "shapley_weight",
+    "CRLConfig", "GRPOConfig", "LoraSettings", "LOORewardConfig", "ShapleyCreditConfig", "TrainerConfig",
+    "CRLTrainer", "LOSSES", "LossInputs", "clipped_token_loss", "register_loss", "LearnerSequence",
+    "learner_sequences", "rollout_episodes", "token_logprobs", "TRAINERS",
+]

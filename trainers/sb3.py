@@ -1,0 +1,211 @@
+"""Discrete roles (a router, a picker) trained with stable-baselines3: a single-agent gymnasium view
+of any protocol env.
+
+:class:`SingleAgentEnv` controls one agent whose action space is ``Discrete(n)`` (e.g.
+``routing_v0(router="discrete")``'s ``router_0``); every other active agent is played by its model
+from the pool. Observations are a bounded ``Box`` of features of the question (SB3 cannot buffer
+``Text`` spaces), actions are the discrete choice, and :meth:`SingleAgentEnv.action_masks` follows
+sb3-contrib's ``MaskablePPO`` convention (read from the protocol observation's ``"action_mask"``).
+
+**This is the sb3 path, and the one place that plays an env outside** :func:`crl_envs.run_episodes`:
+SB3 steps one env at a time and needs the protocol to wait for each decision, so the wrapper drives
+ONE env instance itself, with one batched ``generate`` per Agent per phase. Greedy answers are
+cached by (agent, prompt): the router's choice only selects which model answers, so after the
+first visit of a question every answer is a cache hit and an SB3 step costs no model call.
+
+Example:
+    >>> from sb3_contrib import MaskablePPO                                       # doctest: +SKIP
+    >>> env = SingleAgentEnv(crl_envs.routing_v0, pool, task, agent="router_0",
+    ...                      options={"router": "discrete"})                      # doctest: +SKIP
+    >>> MaskablePPO("MlpPolicy", env).learn(2000)                                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from agents import Agent, Pool, Request, SamplingParams, stable_hash
+from agents import pool as make_pool
+from crl_envs import protocols
+from crl_envs import tasks as task_registry
+from crl_envs.tasks import Example, Task
+
+Featurizer = Callable[[str], np.ndarray]
+
+
+class HashedFeatures:
+    """A question as a fixed-size bag of hashed character n-grams and words, frequencies in [0, 1].
+
+    Cheap, deterministic and model-free; swap in any ``Callable[[str], np.ndarray]`` (e.g. a sentence
+    embedding) with values in ``[low, high]``.
+    """
+
+    low, high = 0.0, 1.0
+
+    def __init__(self, dim: int = 64, ngrams: Sequence[int] = (1, 2, 3)):
+        if dim < 1:
+            raise ValueError(f"feature dim must be >= 1, got {dim}")
+        self.dim, self.ngrams = dim, tuple(ngrams)
+
+    def __call__(self, text: str) -> np.ndarray:
+        out = np.zeros(self.dim, dtype=np.float32)
+        grams = [text[i : i + n] for n in self.ngrams for i in range(len(text) - n + 1)] + text.split()
+        for g in grams:
+            out[zlib.crc32(g.encode()) % self.dim] += 1.0
+        return out / max(len(grams), 1)
+
+
+class SingleAgentEnv(gymnasium.Env):
+    """One agent of a protocol env as a gymnasium ``Env``; the pool plays everyone else.
+
+    Args:
+        protocol: a protocol factory or name.
+        pool, task: the models and the questions (an episode is one question).
+        agent: the controlled agent id; its action space must be ``Discrete``.
+        options: protocol options (e.g. ``{"router": "discrete"}``).
+        featurizer: question text -> feature vector (default :class:`HashedFeatures`).
+        sampling: the other agents' sampling (default greedy, 64 tokens); answers are cached when greedy.
+        coalition: pool members taking part (default all).
+        examples: question order: ``"random"`` (drawn with the env's RNG, default) or ``"cycle"``
+            (every question in turn, for evaluation).
+
+    ``info`` at the end of an episode carries the protocol's final infos (``answer``, ``score``, ...).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        protocol: Any,
+        pool: Pool | Sequence[Agent | str] | str,
+        task: Task | str,
+        agent: str = "router_0",
+        *,
+        options: Mapping[str, Any] | None = None,
+        featurizer: Featurizer | None = None,
+        sampling: SamplingParams | None = None,
+        coalition: Sequence[str | int] | None = None,
+        examples: str = "random",
+    ):
+        self.factory = protocols.get(protocol)
+        self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
+        self.task = task if isinstance(task, Task) else task_registry.load(task)
+        self.options = dict(options or {})
+        self.agent = agent
+        self.coalition = list(coalition) if coalition is not None else None
+        if examples not in ("random", "cycle"):
+            raise ValueError(f"examples must be 'random' or 'cycle', got {examples!r}")
+        self.order = examples
+        self.sampling = sampling or SamplingParams(temperature=0.0, max_new_tokens=64)
+        self.featurizer = featurizer or HashedFeatures()
+        self._env = self.factory(self.pool, self.task, **self.options)
+        if agent not in self._env.possible_agents:
+            raise ValueError(f"no agent {agent!r} in {self._env.metadata['name']}; agents are {self._env.possible_agents}")
+        inner = self._env.action_space(agent)
+        if not isinstance(inner, spaces.Discrete):
+            raise ValueError(
+                f"{self._env.metadata['name']}'s {agent!r} has a {type(inner).__name__} action space; the SB3 wrapper "
+                "needs a Discrete one (e.g. routing_v0 with options={'router': 'discrete'})"
+            )
+        self.action_space = spaces.Discrete(int(inner.n))
+        probe = np.asarray(self.featurizer(self.task.prompt(self.task[0])), dtype=np.float32)
+        low, high = getattr(self.featurizer, "low", -np.inf), getattr(self.featurizer, "high", np.inf)
+        self.observation_space = spaces.Box(low, high, probe.shape, np.float32)
+        self._cache: dict[tuple, str] = {}
+        self.model_calls = 0
+        self._cursor = 0
+        self._obs: dict[str, Any] = {}
+        self._infos: dict[str, Any] = {}
+        self._episode_seed = 0
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        example = options.get("example")
+        if example is None:
+            if self.order == "cycle":
+                example, self._cursor = self.task[self._cursor % len(self.task)], self._cursor + 1
+            else:
+                example = self.task[int(self.np_random.integers(len(self.task)))]
+        self._episode_seed = int(self.np_random.integers(2**31))
+        self._obs, self._infos = self._env.reset(seed=self._episode_seed,
+                                                 options={"coalition": self.coalition, "example": example})
+        reward, done, info = self._advance()
+        if done:
+            raise RuntimeError(f"{self._env.metadata['name']} ended before {self.agent!r} acted")
+        return self._features(), info
+
+    def step(self, action):
+        if not self._env.agents:
+            raise RuntimeError("step() after the episode ended; call reset()")
+        actions = self._others_actions()
+        actions[self.agent] = int(action)
+        self._obs, rewards, _, _, self._infos = self._env.step(actions)
+        reward = float(rewards.get(self.agent, 0.0))
+        more, done, info = (0.0, True, self._final_info()) if not self._env.agents else self._advance()
+        return self._features(), reward + more, done, False, info
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions now (MaskablePPO's convention): the protocol's ``action_mask``, else all."""
+        obs = self._obs.get(self.agent) if self._obs else None
+        if isinstance(obs, Mapping) and "action_mask" in obs:
+            return np.asarray(obs["action_mask"], dtype=bool)
+        return np.ones(self.action_space.n, dtype=bool)
+
+    @property
+    def example(self) -> Example | None:
+        return self._env.example
+
+    # ------------------------------------------------------------------ internals
+    def _features(self) -> np.ndarray:
+        return np.asarray(self.featurizer(self.task.prompt(self._env.example)), dtype=np.float32)
+
+    def _active(self) -> list[str]:
+        return [a for a, info in self._infos.items() if info.get("active")]
+
+    def _advance(self) -> tuple[float, bool, dict]:
+        """Play phases without the controlled agent until it must act or the episode ends."""
+        total = 0.0
+        while self._env.agents and self.agent not in self._active():
+            self._obs, rewards, _, _, self._infos = self._env.step(self._others_actions())
+            total += float(rewards.get(self.agent, 0.0))
+        if not self._env.agents:
+            return total, True, self._final_info()
+        return total, False, {}
+
+    def _final_info(self) -> dict[str, Any]:
+        return dict(next(iter(self._infos.values()), {})) if self._infos else {}
+
+    def _others_actions(self) -> dict[str, str]:
+        """Every other active agent's text: one batched ``generate`` per Agent for this phase."""
+        groups: dict[int, tuple[Agent, list[tuple[str, Request, tuple]]]] = {}
+        actions: dict[str, str] = {}
+        for agent_id in self._active():
+            if agent_id == self.agent:
+                continue
+            info = self._infos[agent_id]
+            model = self._env.agent_for(agent_id)
+            params = self.sampling.with_seed(stable_hash(self._episode_seed, agent_id, info["phase_index"]) % (2**63))
+            key = (id(model), agent_id, repr(info["messages"]))
+            if self.sampling.temperature == 0 and key in self._cache:
+                actions[agent_id] = self._cache[key]
+                continue
+            request = Request(messages=info["messages"], sampling=params,
+                              metadata={"example": self._env.example, "protocol": self._env.metadata["name"],
+                                        "phase": info["phase"], "phase_index": info["phase_index"], "agent_id": agent_id})
+            groups.setdefault(id(model), (model, []))[1].append((agent_id, request, key))
+        for model, items in groups.values():
+            generations = model.generate([r for _, r, _ in items])
+            self.model_calls += 1
+            for (agent_id, _, key), g in zip(items, generations):
+                actions[agent_id] = g.text
+                if self.sampling.temperature == 0:
+                    self._cache[key] = g.text
+        return actions
