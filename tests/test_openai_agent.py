@@ -21,9 +21,11 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import torch
 
 import agents
-from agents import Request, SamplingParams
+import crl_envs
+from agents import HFAgent, Request, SamplingParams
 from agents.openai import OpenAIAgent, OpenAIRequestError, backoff_delay, parse_openai_spec, parse_retry_after
 from crl_envs.tasks import Example
 
@@ -36,11 +38,28 @@ def expected_answer(content: str, seed: int | None) -> str:
     return f"answer<{content[::-1]}|{seed}>"
 
 
+def canned_response(body: dict) -> dict:
+    text = expected_answer(body["messages"][-1]["content"], body.get("seed"))
+    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    if body.get("logprobs"):
+        choice["logprobs"] = {
+            "content": [{"token": f"token_id:{ord(c)}", "logprob": -0.5 * (i + 1)} for i, c in enumerate("abc")]
+        }
+    usage = {"prompt_tokens": len(body["messages"][-1]["content"]), "completion_tokens": len(text)}
+    return {"choices": [choice], "usage": usage}
+
+
 class ChatServer:
     """A chat-completions server in a thread. ``fault(key, attempt)`` returns a fault name or None."""
 
-    def __init__(self, fault: Callable[[str, int], str | None] = lambda key, attempt: None, retry_after: str = "0"):
+    def __init__(
+        self,
+        fault: Callable[[str, int], str | None] = lambda key, attempt: None,
+        retry_after: str = "0",
+        respond: Callable[[dict], dict] | None = None,
+    ):
         self.fault = fault
+        self.respond = respond or canned_response
         self.retry_after = retry_after
         self.attempts: Counter[str] = Counter()
         self.injected: Counter[str] = Counter()
@@ -91,15 +110,8 @@ class ChatServer:
                     self._answer(body)
 
             def _answer(self, body):
-                text = expected_answer(body["messages"][-1]["content"], body.get("seed"))
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                if body.get("logprobs"):
-                    choice["logprobs"] = {
-                        "content": [{"token": f"token_id:{ord(c)}", "logprob": -0.5 * (i + 1)} for i, c in enumerate("abc")]
-                    }
-                usage = {"prompt_tokens": len(body["messages"][-1]["content"]), "completion_tokens": len(text)}
                 try:
-                    self._send(200, json.dumps({"choices": [choice], "usage": usage}).encode())
+                    self._send(200, json.dumps(server.respond(body)).encode())
                 except OSError:  # the client gave up (timeout fault)
                     self.close_connection = True
 
@@ -275,3 +287,57 @@ def test_spec_strings():
         agents.from_spec("openai:127.0.0.1:8000#m")
     with pytest.raises(ValueError, match="concurrency must be >= 1"):
         OpenAIAgent("http://h/v1", "m", concurrency=0)
+
+
+def hf_backed_response(agent: HFAgent) -> Callable[[dict], dict]:
+    """Serve an HFAgent the way vLLM serve answers (ids in logprob tokens, token_ids, usage)."""
+    lock = threading.Lock()
+
+    def respond(body: dict) -> dict:
+        request = Request(body["messages"], SamplingParams(
+            temperature=body["temperature"], top_p=body["top_p"], max_new_tokens=body["max_tokens"], seed=body.get("seed")))
+        with lock:
+            g = agent.generate([request])[0]
+        choice = {"index": 0, "message": {"role": "assistant", "content": g.text}, "finish_reason": g.finish_reason,
+                  "token_ids": g.token_ids}
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": [{"token": f"token_id:{t}", "logprob": lp}
+                                              for t, lp in zip(g.token_ids, g.logprobs)]}
+        usage = {"prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens}
+        return {"choices": [choice], "usage": usage, "prompt_token_ids": g.prompt_token_ids}
+
+    return respond
+
+
+@pytest.fixture
+def one_thread():
+    """A 2-layer model gains nothing from intra-op threads, and they thrash on a busy shared CPU."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def test_runner_through_a_server_matches_the_model_played_directly(tiny_model_dir, arith_task, one_thread):
+    hf = HFAgent(tiny_model_dir, name="tiny")
+    options = dict(examples=[0, 1, 2], samples=2, seed=5, sampling=SamplingParams(temperature=1.0, max_new_tokens=10),
+                   record=["model_0", "model_1"], progress=False)
+    direct = crl_envs.run_episodes("debate", [hf, hf], arith_task, **options)
+    with ChatServer(respond=hf_backed_response(hf), fault=lambda key, attempt: "500" if attempt == 0 else None) as server:
+        served = [make_agent(server.url, timeout=30, seed_bits=63, logprobs=True, token_ids=True) for _ in range(2)]
+        remote = crl_envs.run_episodes("debate", served, arith_task, **options)
+    assert len(remote) == len(direct) == 6
+    for a, b in zip(direct, remote):
+        assert [t.text for t in a.transcript] == [t.text for t in b.transcript]
+        assert [t.token_ids for t in a.transcript] == [t.token_ids for t in b.transcript]
+        assert [t.prompt_token_ids for t in a.transcript] == [t.prompt_token_ids for t in b.transcript]
+        for ta, tb in zip(a.transcript, b.transcript):
+            assert ta.logprobs == pytest.approx(tb.logprobs, abs=1e-6)
+        assert a.score == b.score
+        for agent_id in ("model_0", "model_1"):
+            ua, ub = a.usage[agent_id], b.usage[agent_id]
+            assert (ua.calls, ua.prompt_tokens, ua.completion_tokens) == (ub.calls, ub.prompt_tokens, ub.completion_tokens)
+            assert ub.seconds > 0
+    totals = crl_envs.total_usage(remote)
+    assert totals["model_0"].completion_tokens == sum(
+        len(t.token_ids) for e in remote for t in e.transcript if t.agent == "model_0")

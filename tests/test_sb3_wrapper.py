@@ -116,3 +116,19 @@ def test_non_discrete_agents_are_refused(scripted_pool, task):
         SingleAgentEnv("debate", scripted_pool, task, agent="model_0")
     with pytest.raises(ValueError, match="no agent 'router_9'"):
         SingleAgentEnv("routing", scripted_pool, task, agent="router_9", options={"router": "discrete"})
+
+
+def test_prefill_from_the_runner_leaves_no_model_calls(scripted_pool, task):
+    episodes = []
+    for k in range(3):
+        router = agents.ScriptedAgent(f"always-{k}", lambda ex, msgs, k=k: str(k))
+        episodes += crl_envs.run_episodes("routing", scripted_pool, task, progress=False,
+                                          options={"router": "discrete", "router_agent": router})
+    env = SingleAgentEnv("routing", scripted_pool, task, options={"router": "discrete"}, examples="cycle")
+    assert env.prefill(episodes) == 3 * len(task)
+    truth = {(k, ep.example_id): ep.score for k in range(3) for ep in episodes[k * len(task):(k + 1) * len(task)]}
+    for step in range(3 * len(task)):
+        env.reset()
+        _, reward, *_ = env.step(step % 3)
+        assert reward == truth[(step % 3, env.example.id)]
+    assert env.model_calls == 0

@@ -15,6 +15,9 @@ Built in (clipped PPO/GRPO objective, ``-min(ρA, clip(ρ, 1-ε, 1+ε_high)A)`` 
 | ``dapo`` | sum over all tokens / ``total_tokens`` (TRL's default) |
 | ``dr_grpo`` | sum over all tokens / (``total_sequences`` * ``max_len``), a constant |
 
+A *sequence* is one learner turn: in a multi-phase protocol (debate) the learner speaks once per
+round, and each turn is a sequence carrying its episode's advantage.
+
 Register another with :func:`register_loss`.
 """
 

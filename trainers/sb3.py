@@ -159,6 +159,22 @@ class SingleAgentEnv(gymnasium.Env):
             return np.asarray(obs["action_mask"], dtype=bool)
         return np.ones(self.action_space.n, dtype=bool)
 
+    def prefill(self, episodes) -> int:
+        """Load answers already played through :func:`crl_envs.run_episodes` (greedy, with the same
+        ``max_new_tokens``) into the answer cache: batched precomputation for the sb3 path. Returns
+        how many answers were added."""
+        if self.sampling.temperature != 0:
+            raise ValueError("prefill needs greedy sampling (answers are only cached when temperature == 0)")
+        added = 0
+        for ep in episodes:
+            for turn in ep.transcript:
+                if turn.agent == self.agent:
+                    continue
+                key = (id(self._env.agent_for(turn.agent)), turn.agent, repr(turn.messages))
+                added += key not in self._cache
+                self._cache[key] = turn.text
+        return added
+
     @property
     def example(self) -> Example | None:
         return self._env.example

@@ -109,7 +109,8 @@ QUICK_SPEC = ModelSpec("zoo-quick", None, "quick test model", n_layer=2, n_embd=
                        from_base=False)
 N_POSITIONS = 384
 ANSWER_STEP_SHARE = 0.6  # share of steps on answer-alone prompts; the rest on prompts with peers
-ANSWER_BATCH, CONTEXT_BATCH = 64, 32
+ANSWER_BATCH = 64
+CONTEXT_TOKENS = 3200  # tokens in a batch of prompts with peers (similar lengths, so little padding)
 LEARNING_RATE = 3e-3
 
 
@@ -292,7 +293,20 @@ class Sampler:
         messages = [{"role": "user", "content": self.task.prompt(ex)}]
         return self._pair(messages, f"The answer is {ex.answer}.")
 
-    def context_pair(self) -> tuple[list[int], list[int]]:
+    def context_batch(self, tokens: int) -> list[tuple[list[int], list[int]]]:
+        """About ``tokens`` tokens of prompts with peers, all of similar length (little padding)."""
+        first = self._context_pair()
+        width = len(first[0]) + len(first[1])
+        pairs, target = [first], max(1, tokens // width)
+        tries = 0
+        while len(pairs) < target and tries < 20 * target:
+            tries += 1
+            pair = self._context_pair()
+            if abs(len(pair[0]) + len(pair[1]) - width) <= 24:
+                pairs.append(pair)
+        return pairs
+
+    def _context_pair(self) -> tuple[list[int], list[int]]:
         pool = self.context_blind if (self._blind_draw() and self.context_blind) else self.context_normal
         r = self.rng.choice(pool)
         ex = self.task.examples[r.example_index]
@@ -392,7 +406,7 @@ def train(spec: ModelSpec, *, seed: int, train_task, records, names, validation,
             if rng.random() < ANSWER_STEP_SHARE or not sampler.context_normal:
                 pairs = [sampler.answer_pair() for _ in range(ANSWER_BATCH)]
             else:
-                pairs = [sampler.context_pair() for _ in range(CONTEXT_BATCH)]
+                pairs = sampler.context_batch(CONTEXT_TOKENS)
             ids, att, labels = _batch(pairs, tok.pad_token_id)
             loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
             opt.zero_grad(set_to_none=True)

@@ -83,9 +83,9 @@ def normalize_math_answer(answer: str) -> str:
     s = s.replace("~", " ").replace("dfrac", "frac").replace("tfrac", "frac").replace("{,}", ",")
     s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?", "", s).replace("°", "").replace("\\circ", "")
     s = s.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
-    s = re.sub(r"(\d)\s*\\(?:text|mbox|mathrm)\{\s*[a-zA-Z][^{}]*\}\s*(\^\s*\{?\d\}?)?\s*$", r"\1", s)  # units
+    s = re.sub(r"([\d}])\s*\\(?:text|mbox|mathrm)\{\s*[a-zA-Z][^{}]*\}\s*(\^\s*\{?\d\}?)?\s*$", r"\1", s)  # units
     s = re.sub(r"\\(?:text|textbf|textit|mbox|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}", r"\1", s)
-    s = re.sub(r"(\d)\s*(?:" + _UNITS + r")(?:\^?\s*\{?[23]\}?)?\.?\s*$", r"\1", s)
+    s = re.sub(r"([\d}])\s+(?:" + _UNITS + r")(?:\^?\s*\{?[23]\}?)?\.?\s*$", r"\1", s)
     if s.count("=") == 1:
         lhs, rhs = s.split("=")
         if re.fullmatch(r"\s*(?:[a-zA-Z](?:_\{?\w+\}?)?|\\[a-zA-Z]+)\s*", lhs):
