@@ -92,7 +92,7 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype | None:
     """A torch dtype from a name (``"bfloat16"``, ``"fp16"``, ...); ``"auto"`` is bfloat16 on a GPU
-    that supports it, float32 otherwise."""
+    that supports it, float16 on other GPUs, float32 on CPU."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
@@ -175,6 +175,11 @@ class HFAgent(Agent):
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._keeps_logits = "logits_to_keep" in params
+        config = self.model.config
+        #: the most positions the model can attend over (prompt + answer); None when unknown
+        self.context_length: int | None = getattr(config, "n_positions", None) or getattr(
+            config, "max_position_embeddings", None
+        )
 
     @classmethod
     def from_spec(cls, target: str) -> HFAgent:
@@ -197,6 +202,14 @@ class HFAgent(Agent):
     # ------------------------------------------------------------------ generation
     def _generate(self, requests: list[Request]) -> list[Generation]:
         prompt_ids = [self.encode_prompt(r.messages) for r in requests]
+        if self.context_length is not None:
+            for r, ids in zip(requests, prompt_ids):
+                if len(ids) >= self.context_length:
+                    example = getattr(r.metadata.get("example"), "id", None)
+                    raise ValueError(
+                        f"HFAgent {self.name!r}: the prompt of example {example!r} has {len(ids)} tokens, but the "
+                        f"model's context holds {self.context_length}; shorten the prompt (fewer rounds or peers)"
+                    )
         # Length buckets: sorted by prompt length, so each batch pads little.
         order = sorted(range(len(requests)), key=lambda i: len(prompt_ids[i]))
         results: list[Generation | None] = [None] * len(requests)
@@ -272,7 +285,8 @@ class HFAgent(Agent):
         generators = [
             torch.Generator().manual_seed(int(p.seed or 0) % (2**63)) if p.temperature > 0 else None for p in params
         ]
-        limits = [p.max_new_tokens for p in params]
+        room = self.context_length or 2**62  # answers stop ("length") where the context ends
+        limits = [min(p.max_new_tokens, room - len(prompt)) for p, prompt in zip(params, prompts)]
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         reasons = ["length"] * batch

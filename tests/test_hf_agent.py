@@ -8,6 +8,7 @@ import torch
 import agents
 from agents import HFAgent, Request, SamplingParams
 from agents.hf import is_out_of_memory, sample_next
+from crl_envs.tasks import Example
 
 PROMPTS = ["1+2=", "what is 17*3? think step by step", "x", "hello there, model", "99-1", "a longer prompt " * 4]
 
@@ -196,3 +197,20 @@ def test_spec_options_dtype_and_batch_size(tiny_model_dir):
         agents.from_spec(f"hf:{tiny_model_dir}?dtype=bf17")
     with pytest.raises(ValueError, match="unknown hf spec option 'batchsize'"):
         agents.from_spec(f"hf:{tiny_model_dir}?batchsize=3")
+
+
+def test_answers_stop_at_the_context_end_and_too_long_prompts_raise(agent):
+    context = agent.context_length
+    assert context == 512
+    long_question = "7" * (context - 10)  # the chat template adds <user> and <assistant>
+    prompt_len = len(agent.encode_prompt([{"role": "user", "content": long_question}]))
+    saved = agent.eos_ids
+    agent.eos_ids = set()
+    try:
+        gen = agent.generate([Request([{"role": "user", "content": long_question}], SamplingParams(max_new_tokens=50))])[0]
+    finally:
+        agent.eos_ids = saved
+    assert len(gen.token_ids) == context - prompt_len and gen.finish_reason == "length"
+    too_long = Request([{"role": "user", "content": "7" * context}], metadata={"example": Example("ex-9", "q", "1")})
+    with pytest.raises(ValueError, match="prompt of example 'ex-9' has 514 tokens, but the model's context holds 512"):
+        agent.generate([too_long])

@@ -5,11 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import GSM8K_TEST
 
 from crl_envs import tasks
 from crl_envs.tasks.numeric import extract_number, normalize_number
-
-from conftest import GSM8K_TEST
 
 
 @pytest.mark.parametrize(
