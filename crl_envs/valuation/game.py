@@ -118,7 +118,7 @@ class CoalitionGame:
             self.directory.mkdir(parents=True, exist_ok=True)
             meta = self.directory / "meta.json"
             if not meta.exists():
-                _atomic_write_json(meta, self.describe())
+                _atomic_write_json(meta, {**self.describe(), "empty_value": self.empty_value})
 
     # ------------------------------------------------------------------ identity
     def describe(self) -> dict[str, Any]:
