@@ -29,6 +29,7 @@ def _vllm_from_spec(target: str) -> Agent:
 register_backend("hf", HFAgent.from_spec)
 register_backend("openai", _openai_from_spec)
 register_backend("vllm", _vllm_from_spec)
+import agents.zoo  # noqa: E402,F401  (registers agents.pool("zoo") and "zoo:<name>"; models load on first use)
 
 _LAZY = {"OpenAIAgent": "agents.openai", "VLLMAgent": "agents.vllm"}
 

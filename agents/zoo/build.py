@@ -43,6 +43,8 @@ from typing import Any
 
 #: The task the zoo is trained for (pass these to ``crl_envs.tasks.load("arith", ...)``).
 TASK_OPTIONS: dict[str, Any] = {"digits": 2, "operations": ("+", "-")}
+#: ``--quick`` trains on one-digit questions (200 of them in all), which a model learns in a minute.
+QUICK_TASK_OPTIONS: dict[str, Any] = {"digits": 1, "operations": ("+", "-")}
 
 KINDS = ("add", "sub", "carry", "borrow", "hundreds", "negative", "core")
 KIND_HELP = {
@@ -89,29 +91,29 @@ class ModelSpec:
     blind: str | None
     description: str
     n_layer: int = 4
-    n_embd: int = 128
+    n_embd: int = 64
     n_head: int = 4
-    steps: int = 700
+    steps: int = 1000
     from_base: bool = True
     blind_share: float = 0.03
+    learning_rate: float = 1e-3
+    answer_share: float = 0.6  # share of steps on answer-alone prompts; the rest on prompts with peers
 
 
-BASE = ModelSpec("zoo-base", None, "shared base: format and carry-free core", steps=600, from_base=False)
+BASE = ModelSpec("zoo-base", None, "shared base: format and carry-free core", steps=1600, from_base=False,
+                 learning_rate=3e-3)
 SPECS: tuple[ModelSpec, ...] = (
-    ModelSpec("zoo-nocarry", "carry", "adds and subtracts; rarely saw carrying additions"),
-    ModelSpec("zoo-noborrow", "borrow", "adds and subtracts; rarely saw borrowing subtractions"),
+    ModelSpec("zoo-nocarry", "carry", "rarely saw additions whose units carry"),
+    ModelSpec("zoo-noborrow", "borrow", "rarely saw subtractions whose units borrow"),
     ModelSpec("zoo-small", "hundreds", "rarely saw sums of 100 or more"),
     ModelSpec("zoo-positive", "negative", "rarely saw negative results"),
-    ModelSpec("zoo-mini", None, "2 layers, width 64, trained from scratch on everything, briefly",
-              n_layer=2, n_embd=64, n_head=2, steps=900, from_base=False),
+    ModelSpec("zoo-rookie", None, "saw everything, but only briefly after the base", steps=200),
 )
-QUICK_SPEC = ModelSpec("zoo-quick", None, "quick test model", n_layer=2, n_embd=64, n_head=2, steps=250,
-                       from_base=False)
-N_POSITIONS = 384
-ANSWER_STEP_SHARE = 0.6  # share of steps on answer-alone prompts; the rest on prompts with peers
+QUICK_SPEC = ModelSpec("zoo-quick", None, "quick test model (one-digit questions)", n_layer=2, n_head=2, steps=450,
+                       from_base=False, learning_rate=5e-3, answer_share=1.0)
+N_POSITIONS = 640  # room for the longest protocol prompt plus a runaway 256-token answer
 ANSWER_BATCH = 64
 CONTEXT_TOKENS = 3200  # tokens in a batch of prompts with peers (similar lengths, so little padding)
-LEARNING_RATE = 3e-3
 
 
 # ---------------------------------------------------------------------- training prompts
@@ -395,15 +397,15 @@ def train(spec: ModelSpec, *, seed: int, train_task, records, names, validation,
         model.train()
         rng = random.Random(f"zoo-train/{spec.name}/{run_seed}")
         sampler = Sampler(spec, train_task, records, names, tok, rng, core_only=core_only)
-        opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.01, betas=(0.9, 0.98))
-        warmup = 50 if spec.from_base and base_dir is not None else 100
+        opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
+        warmup = 100
         log: list[dict[str, float]] = []
         loss_value = float("nan")
         for step in range(spec.steps):
             scale = min(1.0, (step + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / spec.steps)))
             for g in opt.param_groups:
-                g["lr"] = LEARNING_RATE * scale
-            if rng.random() < ANSWER_STEP_SHARE or not sampler.context_normal:
+                g["lr"] = spec.learning_rate * scale
+            if rng.random() < spec.answer_share or not sampler.context_normal:
                 pairs = [sampler.answer_pair() for _ in range(ANSWER_BATCH)]
             else:
                 pairs = sampler.context_batch(CONTEXT_TOKENS)
@@ -437,10 +439,11 @@ def train(spec: ModelSpec, *, seed: int, train_task, records, names, validation,
 
 # ---------------------------------------------------------------------- the build
 def load_train_data(seed: int, *, n_train: int, n_validation: int, names: Sequence[str],
-                    episodes_per_protocol: int, protocols: Sequence[str] | None = None):
+                    episodes_per_protocol: int, protocols: Sequence[str] | None = None,
+                    task_options: dict[str, Any] | None = None):
     from crl_envs.tasks import load
 
-    full = load("arith", split="train", n=n_train + n_validation, seed=seed, **TASK_OPTIONS)
+    full = load("arith", split="train", n=n_train + n_validation, seed=seed, **(task_options or TASK_OPTIONS))
     train_task = full.subset([e.id for e in full.examples[:n_train]])
     validation = full.examples[n_train:]
     records = collect_prompts(train_task, names, episodes_per_protocol=episodes_per_protocol, seed=seed,
@@ -461,10 +464,12 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False, specs
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     specs = [QUICK_SPEC] if quick else list(specs or SPECS)
+    task_options = QUICK_TASK_OPTIONS if quick else TASK_OPTIONS
     names = [s.name for s in (SPECS if not quick else specs)]
     train_task, validation, records = load_train_data(
-        seed, n_train=3000 if quick else 12000, n_validation=200, names=names,
-        episodes_per_protocol=40 if quick else 400, protocols=["vote", "debate"] if quick else None)
+        seed, n_train=140 if quick else 12000, n_validation=20 if quick else 200, names=names,
+        episodes_per_protocol=40 if quick else 400, protocols=["vote", "debate"] if quick else None,
+        task_options=task_options)
     print(f"[zoo] {len(records)} training prompts from the envs ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
     common = {"train_task": train_task, "validation": validation, "records": records, "names": names}
     results: dict[str, TrainResult] = {}
@@ -472,10 +477,10 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False, specs
     if not quick and any(s.from_base for s in specs):
         base_dir = out / "_base"
         results[BASE.name] = _train_job({**common, "spec": BASE, "seed": seed, "out_dir": base_dir,
-                                         "core_only": True, "min_validation": 0.1})
+                                         "core_only": True, "min_validation": 0.15, "eval_every": 400})
     todo = [{**common, "spec": s, "seed": seed + 1 + k, "out_dir": out / s.name,
              "base_dir": base_dir if s.from_base else None, "min_validation": 0.2 if not quick else 0.0,
-             "max_attempts": 1 if quick else 2}
+             "max_attempts": 1 if quick else 2, "eval_every": 0 if quick else 400}
             for k, s in enumerate(specs)]
     # longest jobs first so the two workers finish together
     todo.sort(key=lambda j: -j["spec"].steps * j["spec"].n_embd)
@@ -487,20 +492,22 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False, specs
         for j in todo:
             r = _train_job(j)
             results[r.name] = r
-    summary: dict[str, Any] = {"seed": seed, "task": {"name": "arith", **TASK_OPTIONS}, "train_seconds":
+    summary: dict[str, Any] = {"seed": seed, "task": {"name": "arith", **task_options}, "train_seconds":
                                round(time.perf_counter() - t0, 1), "models": {}}
     for s in specs:
         r = results[s.name]
         summary["models"][s.name] = {"blind": s.blind, "description": s.description, "validation": r.validation,
                                      "seconds": r.seconds, "attempts": r.attempts, "seed": r.seed}
     if evaluate:
-        summary["standalone"] = standalone_table([out / s.name for s in specs], n=n_eval, seed=seed)
+        summary["standalone"] = standalone_table([out / s.name for s in specs], n=40 if quick else n_eval, seed=seed,
+                                                 task_options=task_options)
     (out / "zoo.json").write_text(json.dumps(summary, indent=1))
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     return summary
 
 
-def standalone_table(model_dirs: Sequence[Path], *, n: int = 500, seed: int = 0) -> dict[str, dict[str, float]]:
+def standalone_table(model_dirs: Sequence[Path], *, n: int = 500, seed: int = 0,
+                     task_options: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
     """Each model alone (vote_v0 with a one-member coalition) on ``n`` test questions: accuracy overall
     and per question kind."""
     import agents
@@ -508,8 +515,8 @@ def standalone_table(model_dirs: Sequence[Path], *, n: int = 500, seed: int = 0)
     from agents import SamplingParams
     from crl_envs.tasks import load
 
-    task = load("arith", split="test", n=n, seed=seed, **TASK_OPTIONS)
-    pool = agents.pool([agents.HFAgent(d, name=Path(d).name) for d in model_dirs])
+    task = load("arith", split="test", n=n, seed=seed, **(task_options or TASK_OPTIONS))
+    pool = agents.pool([agents.HFAgent(d, name=Path(d).name, batch_size=256) for d in model_dirs])
     table = {}
     for agent_id, name in zip(pool.ids, pool.names):
         eps = crl_envs.run_episodes("vote", pool, task, coalition=[agent_id], progress=False,

@@ -141,7 +141,8 @@ def evaluate(
         shapley=None if shapley is None else Measure("shapley", ids, shapley),
         banzhaf=None if banzhaf is None else Measure("banzhaf", ids, banzhaf),
         system=values[(1 << n) - 1], empty_value=game.empty_value,
-        system_evaluations=game.evaluations - before, individual_evaluations=individual_runs, coalitions=sum(1 for m in plan if m),
+        system_evaluations=game.evaluations - before, individual_evaluations=individual_runs,
+        coalitions=sum(1 for m in plan if m),
         samples=samples, seed=seed, budget=budget, ci_level=ci_level, bootstrap_resamples=bootstrap_resamples,
     )
 
