@@ -276,7 +276,7 @@ class PolicyGradientTrainer:
         passes = cfg.num_iterations
         return {
             "loss": sums["loss"] / passes,
-            "kl": sums["kl_sum"] / max(forwarded * passes, 1),
+            "kl": sums["kl_sum"] / max(forwarded * passes, 1) if cfg.beta > 0 else None,  # no reference when beta = 0
             "clip_fraction": sums["clipped_tokens"] / max(forwarded * passes, 1),
             "grad_norm": sums["grad_norm"],
             "learner_sequences": total_sequences,
