@@ -98,21 +98,25 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--protocols", nargs="+", default=["debate", "vote"])
     parser.add_argument("--trainers", nargs="+", default=TRAINERS, choices=TRAINERS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--learner", default="model_1")
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--learner", default="model_4", help="the trained agent (default: zoo-rookie, the weakest)")
+    parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--questions-per-step", type=int, default=8)
     parser.add_argument("--G", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--shapley-coalitions", type=int, default=2,
                         help="coalitions sampled per step for Shapley credit (from the Shapley distribution)")
     parser.add_argument("--n-train", type=int, default=200)
     parser.add_argument("--n-eval", type=int, default=200)
+    parser.add_argument("--zoo-dir", help="load the zoo's models from this directory (default: the installed zoo)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for tiny models on a busy CPU)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    pool = agents.pool("zoo")
+    if args.zoo_dir:
+        pool = agents.pool([agents.HFAgent(Path(args.zoo_dir) / n, name=n) for n in agents.zoo.NAMES])
+    else:
+        pool = agents.pool("zoo")
     options = agents.zoo.TASK_OPTIONS
     train = tasks.load("arith", split="train", n=args.n_train, seed=0, **options)
     held_out = tasks.load("arith", split="test", n=args.n_eval, seed=0, **options)

@@ -110,17 +110,37 @@ def test_shipped_zoo_answers_arith_and_vote_reads_several_models():
     assert sum(ep.score for ep in vote) / len(task) >= max(alone)
 
 
+def test_zoo_training_split_covers_every_digit_pair_of_the_test_split():
+    """The zoo learns from arith's train split: every (units digit, op, units digit) of a test question
+    must occur in train, or the test would ask for digit sums the models never saw."""
+    from crl_envs.tasks import load
+
+    def pairs(split):
+        task = load("arith", split=split, n=2000, seed=0, **zoo_build.TASK_OPTIONS)
+        return {(e.metadata["a"] % 10, e.metadata["op"], e.metadata["b"] % 10) for e in task}
+
+    assert pairs("test") <= pairs("train")
+
+
 @pytest.mark.slow
-def test_quick_build_beats_chance_within_a_minute(tmp_path: Path):
+def test_quick_build_beats_chance_and_is_deterministic(tmp_path: Path):
     t0 = time.perf_counter()
-    summary = zoo_build.build(tmp_path, seed=0, quick=True, n_eval=100)
-    seconds = time.perf_counter() - t0
-    model = tmp_path / zoo_build.QUICK_SPEC.name
+    summary = zoo_build.build(tmp_path / "a", seed=0, quick=True)
+    print(f"quick build: {time.perf_counter() - t0:.0f}s")  # about 30-60 s on 2 cores
+    model = tmp_path / "a" / zoo_build.QUICK_SPEC.name
     assert (model / "model.safetensors").exists() and (model / "tokenizer.json").exists()
     accuracy = summary["standalone"][zoo_build.QUICK_SPEC.name]["all"]
-    assert accuracy >= 0.1, summary  # chance on 2-digit +/- is about 1/300
-    assert seconds < 90, f"quick build took {seconds:.0f}s"
+    # one-digit +/-: 28 possible answers (-9..18), so guessing scores about 0.036
+    assert accuracy >= 0.2, summary
     agent = agents.HFAgent(model)
-    text = agent.generate([agents.Request([{"role": "user", "content": "What is 12 + 34?"}],
+    text = agent.generate([agents.Request([{"role": "user", "content": "What is 3 + 4?"}],
                                           SamplingParams(max_new_tokens=24))])[0].text
     assert text.startswith("The answer is"), text
+    # same seed, same weights
+    from safetensors.torch import load_file
+
+    zoo_build.build(tmp_path / "b", seed=0, quick=True, evaluate=False)
+    first = load_file(model / "model.safetensors")
+    second = load_file(tmp_path / "b" / zoo_build.QUICK_SPEC.name / "model.safetensors")
+    assert first.keys() == second.keys()
+    assert all(bool((first[k] == second[k]).all()) for k in first)

@@ -159,6 +159,9 @@ class PolicyGradientTrainer:
                                                max_new_tokens=self.config.max_new_tokens)
         self.partner_sampling = SamplingParams(temperature=self.config.partner_temperature,
                                                max_new_tokens=self.config.max_new_tokens)
+        eos = self.policy.tokenizer.eos_token_id
+        #: The stop token trained at the end of every turn that stopped (``None``: not trained).
+        self.eos_token_id: int | None = eos if isinstance(eos, int) else None
         self.eval_sampling = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
 
     # ------------------------------------------------------------------ what a subclass defines
@@ -208,7 +211,7 @@ class PolicyGradientTrainer:
         for g, members in enumerate(batch.index):
             for k, e in enumerate(members):
                 per_episode[e] = float(advantages[g, k])
-        sequences = learner_sequences(batch.episodes, self.learner, per_episode)
+        sequences = learner_sequences(batch.episodes, self.learner, per_episode, eos_token_id=self.eos_token_id)
         stats = self.optimise(sequences)
         seconds = time.perf_counter() - t0
         generated = sum(u.completion_tokens for ep in batch.episodes for u in ep.usage.values())
@@ -258,6 +261,11 @@ class PolicyGradientTrainer:
                 old = torch.zeros_like(logprobs)
                 for row, s in enumerate(part):
                     old[row, : len(s.logprobs)] = torch.tensor(s.logprobs)
+                unknown = torch.isnan(old)
+                if unknown.any():  # stop tokens: the policy that sampled them is the current one (first pass)
+                    old = torch.where(unknown, logprobs.detach(), old)
+                    for row, s in enumerate(part):
+                        s.logprobs = old[row, : len(s.logprobs)].tolist()
                 ref = self._reference_logprobs(prompts, completions) if cfg.beta > 0 else None
                 inputs = LossInputs(
                     logprobs=logprobs, old_logprobs=old, advantages=torch.tensor([s.advantage for s in part]),

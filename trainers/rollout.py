@@ -58,8 +58,14 @@ class LearnerSequence:
     episode: int
 
 
-def learner_sequences(episodes: Sequence[Episode], learner: str, advantages: Sequence[float]) -> list[LearnerSequence]:
-    """Every turn of ``learner`` with at least one generated token, tagged with its episode's advantage."""
+def learner_sequences(episodes: Sequence[Episode], learner: str, advantages: Sequence[float],
+                      eos_token_id: int | None = None) -> list[LearnerSequence]:
+    """Every turn of ``learner`` with at least one generated token, tagged with its episode's advantage.
+
+    With ``eos_token_id``, a turn that stopped (``finish_reason == "stop"``) also trains its stop
+    token, which the backend does not return: when to stop is part of the policy. Its behaviour
+    log-prob is unknown (``nan``); the trainer fills it with the current policy's on the first pass.
+    """
     out = []
     for index, (ep, adv) in enumerate(zip(episodes, advantages)):
         for turn in ep.turns_of(learner):
@@ -68,9 +74,12 @@ def learner_sequences(episodes: Sequence[Episode], learner: str, advantages: Seq
                     f"episode {ep.example_id!r}: the learner's turn in phase {turn.phase_name!r} carries no token ids; "
                     "the learner's policy must be a backend that returns token ids and log-probs (HFAgent)"
                 )
-            if turn.token_ids:
-                out.append(LearnerSequence(list(turn.prompt_token_ids), list(turn.token_ids), list(turn.logprobs),
-                                           float(adv), index))
+            tokens, logprobs = list(turn.token_ids), list(turn.logprobs)
+            if eos_token_id is not None and turn.finish_reason == "stop":
+                tokens.append(eos_token_id)
+                logprobs.append(float("nan"))
+            if tokens:
+                out.append(LearnerSequence(list(turn.prompt_token_ids), tokens, logprobs, float(adv), index))
     return out
 
 

@@ -467,7 +467,7 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False, specs
     task_options = QUICK_TASK_OPTIONS if quick else TASK_OPTIONS
     names = [s.name for s in (SPECS if not quick else specs)]
     train_task, validation, records = load_train_data(
-        seed, n_train=140 if quick else 12000, n_validation=20 if quick else 200, names=names,
+        seed, n_train=130 if quick else 12000, n_validation=20 if quick else 200, names=names,
         episodes_per_protocol=40 if quick else 400, protocols=["vote", "debate"] if quick else None,
         task_options=task_options)
     print(f"[zoo] {len(records)} training prompts from the envs ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)

@@ -49,14 +49,15 @@ class ArithTask(NumericTask):
         self.digits, self.operations, self.split, self.seed = digits, ops, split, seed
         rng = random.Random(f"arith/{digits}/{''.join(ops)}/{seed}")
         hi = 10**digits - 1
-        examples, seen = [], set()
+        examples, seen, drawn = [], set(), set()
         want_test = split == "test"
         space = (hi + 1) ** 2 * len(ops)
         while len(examples) < n:
             a, b, op = rng.randint(0, hi), rng.randint(0, hi), rng.choice(ops)
             key = (a, op, b)
+            drawn.add(key)
             if (_content_bucket(key) == 0) != want_test or key in seen:
-                if len(seen) >= space:
+                if len(drawn) >= space:  # every question drawn: the split has fewer than n
                     raise ValueError(f"arith cannot make {n} distinct {split} questions with {digits} digits")
                 continue
             seen.add(key)
