@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
         tmp.write_text(json.dumps(results, indent=1))
         tmp.replace(out)
 
-    jobs = [(p, n, s) for p in args.protocols for s in args.seeds for n in ["untrained", *args.trainers]]
+    jobs = [(p, n, s) for s in args.seeds for p in args.protocols for n in ["untrained", *args.trainers]]  # seed-major: every protocol early
     baseline_eval: dict[str, trainers.EvalResult] = {}
     for protocol, name, seed in tqdm(jobs, desc="runs"):
         slot = results["runs"].setdefault(protocol, {}).setdefault(name, {})

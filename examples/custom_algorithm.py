@@ -65,12 +65,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--protocol", default="vote")
+    parser.add_argument("--zoo-dir", help="load the zoo's models from this directory (default: the installed zoo)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    pool = agents.pool("zoo")
+    if args.zoo_dir:
+        pool = agents.pool([agents.HFAgent(f"{args.zoo_dir}/{n}", name=n) for n in agents.zoo.NAMES])
+    else:
+        pool = agents.pool("zoo")
     train = tasks.load("arith", split="train", n=100, **agents.zoo.TASK_OPTIONS)
     held_out = tasks.load("arith", split="test", n=100, **agents.zoo.TASK_OPTIONS)
-    config = CRLConfig(steps=args.steps, advantage="best_of_group", loss_type="reinforce", learning_rate=3e-4,
+    config = CRLConfig(steps=args.steps, advantage="best_of_group", loss_type="reinforce", learning_rate=5e-5,
                        max_new_tokens=24)
     trainer = WinningSideTrainer(args.protocol, pool, train, learner="model_1", config=config, eval_task=held_out)
     before = trainer.evaluate()

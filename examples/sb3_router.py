@@ -48,12 +48,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--zoo-dir", help="load the zoo's models from this directory (default: the installed zoo)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # PPO's tiny MLP is much faster single-threaded on a busy CPU
     from sb3_contrib import MaskablePPO
 
     t0 = time.perf_counter()
-    pool = agents.pool("zoo")
+    if args.zoo_dir:
+        pool = agents.pool([agents.HFAgent(f"{args.zoo_dir}/{n}", name=n) for n in agents.zoo.NAMES])
+    else:
+        pool = agents.pool("zoo")
     train = tasks.load("arith", split="train", n=args.n_train, seed=args.seed, **agents.zoo.TASK_OPTIONS)
     held_out = tasks.load("arith", split="test", n=args.n_eval, seed=args.seed, **agents.zoo.TASK_OPTIONS)
     sampling = SamplingParams(temperature=0.0, max_new_tokens=24)

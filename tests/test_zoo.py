@@ -22,7 +22,7 @@ def test_question_kinds_match_the_arithmetic():
     assert zoo_build.question_kinds(47, "+", 85) == {"add", "carry", "hundreds"}
     assert zoo_build.question_kinds(23, "+", 45) == {"add", "core"}
     assert zoo_build.question_kinds(52, "-", 17) == {"sub", "borrow"}
-    assert zoo_build.question_kinds(23, "-", 61) == {"sub", "borrow", "negative"}
+    assert zoo_build.question_kinds(23, "-", 61) == {"sub", "negative"}
     assert zoo_build.question_kinds(60, "-", 61) == {"sub", "borrow", "negative"}
     assert zoo_build.question_kinds(60, "+", 40) == {"add", "hundreds"}
     with pytest.raises(ValueError, match="operation"):

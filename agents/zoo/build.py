@@ -93,7 +93,7 @@ class ModelSpec:
     n_layer: int = 4
     n_embd: int = 64
     n_head: int = 4
-    steps: int = 1400
+    steps: int = 800
     from_base: bool = True
     blind_share: float = 0.03
     learning_rate: float = 1e-3
@@ -107,7 +107,7 @@ SPECS: tuple[ModelSpec, ...] = (
     ModelSpec("zoo-noborrow", "borrow", "rarely saw subtractions whose units borrow"),
     ModelSpec("zoo-small", "hundreds", "rarely saw sums of 100 or more"),
     ModelSpec("zoo-positive", "negative", "rarely saw negative results"),
-    ModelSpec("zoo-rookie", None, "saw everything, but only briefly after the base", steps=300),
+    ModelSpec("zoo-rookie", None, "saw everything, but only briefly after the base", steps=200),
 )
 QUICK_SPEC = ModelSpec("zoo-quick", None, "quick test model (one-digit questions)", n_layer=2, n_head=2, steps=450,
                        from_base=False, learning_rate=5e-3, answer_share=1.0)
@@ -458,8 +458,12 @@ def _train_job(args: dict) -> TrainResult:
 
 
 def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False, specs: Sequence[ModelSpec] | None = None,
-          evaluate: bool = True, n_eval: int = 500) -> dict[str, Any]:
-    """Train the zoo into ``out/<name>/`` and return a summary (also written to ``out/zoo.json``)."""
+          evaluate: bool = True, n_eval: int = 500, base: Path | None = None) -> dict[str, Any]:
+    """Train the zoo into ``out/<name>/`` and return a summary (also written to ``out/zoo.json``).
+
+    ``base``: a base model already trained by an earlier build with the same seed (``OUT/_base``);
+    the build then trains only the specialists from it.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -474,12 +478,16 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False, specs
     common = {"train_task": train_task, "validation": validation, "records": records, "names": names}
     results: dict[str, TrainResult] = {}
     base_dir = None
-    if not quick and any(s.from_base for s in specs):
+    if base is not None:
+        base_dir = Path(base)
+        if not (base_dir / "config.json").exists():
+            raise FileNotFoundError(f"--base {base_dir} holds no model; pass the _base folder of an earlier build")
+    elif not quick and any(s.from_base for s in specs):
         base_dir = out / "_base"
         results[BASE.name] = _train_job({**common, "spec": BASE, "seed": seed, "out_dir": base_dir,
                                          "core_only": True, "min_validation": 0.15, "eval_every": 400})
     todo = [{**common, "spec": s, "seed": seed + 1 + k, "out_dir": out / s.name,
-             "base_dir": base_dir if s.from_base else None, "min_validation": 0.2 if not quick else 0.0,
+             "base_dir": base_dir if s.from_base else None, "min_validation": 0.15 if not quick else 0.0,
              "max_attempts": 1 if quick else 2, "eval_every": 0 if quick else 400}
             for k, s in enumerate(specs)]
     # longest jobs first so the two workers finish together
@@ -590,6 +598,28 @@ def system_report(model_dirs: Sequence[Path] | None = None, *, n: int = 500, see
     }
 
 
+def markdown_table(report: dict[str, Any]) -> str:
+    """The zoo's table (standalone accuracy per question kind, blind spot, leave-one-out to vote) as markdown."""
+    kinds = ["core", "carry", "hundreds", "borrow", "negative"]
+    lines = ["| model | blind spot | standalone | " + " | ".join(kinds) + " | LOO to vote |",
+             "|---|---|---|" + "---|" * len(kinds) + "---|"]
+    specs = {s.name: s for s in SPECS}
+    for name, row in report["standalone"].items():
+        spec = specs.get(name)
+        blind = spec.blind if spec and spec.blind else "(none: brief training)"
+        cells = " | ".join(f"{row.get(k, float('nan')):.2f}" for k in kinds)
+        lines.append(f"| {name} | {blind} | {row['all']:.3f} | {cells} | {report['vote_leave_one_out'][name]:+.3f} |")
+    d = report["debate"]
+    lines += [
+        "",
+        f"On {report['n']} arith test questions (seed {report['seed']}, greedy): best single model "
+        f"{report['best_single']:.3f}; at least one model right {report['any_right']:.3f}; "
+        f"vote_v0 {report['vote']['accuracy']:.3f}; debate_v0 (2 rounds) {d['accuracy']:.3f}; debate's round 2 "
+        f"changed {d['answers_changed_in_round_2']} of {d['answers']} answers.",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agents.zoo.build", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="directory to write the models into")
@@ -597,10 +627,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="models trained in parallel (one CPU thread each)")
     parser.add_argument("--quick", action="store_true", help="one small model in under a minute (for tests)")
     parser.add_argument("--n-eval", type=int, default=500, help="test questions for the standalone table")
+    parser.add_argument("--base", type=Path, default=None,
+                        help="reuse the _base model of an earlier build with the same seed (skips its training)")
     parser.add_argument("--report", action="store_true",
                         help="after building, play vote/debate/leave-one-out on the test questions (writes report.json)")
     args = parser.parse_args(argv)
-    summary = build(args.out, seed=args.seed, jobs=args.jobs, quick=args.quick, n_eval=args.n_eval)
+    summary = build(args.out, seed=args.seed, jobs=args.jobs, quick=args.quick, n_eval=args.n_eval, base=args.base)
     print(f"zoo built in {summary['seconds']:.0f}s -> {args.out}")
     for name, row in summary.get("standalone", {}).items():
         kinds = "  ".join(f"{k} {v:.2f}" for k, v in row.items() if k != "all")
@@ -609,6 +641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = system_report([args.out / s.name for s in SPECS], n=args.n_eval, seed=args.seed)
         (args.out / "report.json").write_text(json.dumps(report, indent=1))
         print(json.dumps({k: v for k, v in report.items() if k != "standalone"}, indent=1))
+        print(markdown_table(report))
     return 0
 
 
