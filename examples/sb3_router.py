@@ -1,7 +1,7 @@
 """Train routing_v0's router with MaskablePPO (sb3-contrib) on the zoo; compare with random routing
 and the best single model.
 
-    python examples/sb3_router.py [--timesteps 6000] [--n-train 400] [--n-eval 200] [--out router.json]
+    python examples/sb3_router.py [--timesteps 20000] [--n-train 400] [--n-eval 200] [--out router.json]
 
 The router observes hashed character n-grams of the question (trainers.sb3.HashedFeatures) and picks
 a pool index; the chosen zoo model answers (greedy). Every model's answer to every question is
@@ -42,7 +42,7 @@ def routed_scores(pool, task, sampling) -> tuple[np.ndarray, list]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--timesteps", type=int, default=6000)
+    parser.add_argument("--timesteps", type=int, default=20000)
     parser.add_argument("--n-train", type=int, default=400)
     parser.add_argument("--n-eval", type=int, default=200)
     parser.add_argument("--features", type=int, default=64)

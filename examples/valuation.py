@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--pool", default="zoo", help="'zoo', 'scripted' or comma-separated agent specs")
     parser.add_argument("--task", default="arith")
     parser.add_argument("--protocols", default="vote,debate", help="comma-separated protocol names")
-    parser.add_argument("--n", type=int, default=100, help="questions")
+    parser.add_argument("--n", type=int, default=50, help="questions")
     parser.add_argument("--out", default="valuation-example", help="where the JSON and PNG files go")
     args = parser.parse_args()
 
