@@ -256,7 +256,7 @@ def test_bad_input_raises_clear_errors(pool, train_task):
 @pytest.mark.slow
 def test_crl_on_the_zoo_raises_system_accuracy_on_held_out_questions():
     """C-RL trains the zoo's weakest model (zoo-rookie) inside a 5-model debate; the system's accuracy
-    on 200 held-out questions must rise, with a paired-bootstrap 95% CI above 0."""
+    on 400 held-out questions must rise, with a paired-bootstrap 95% CI above 0."""
     import agents.zoo
 
     threads = torch.get_num_threads()
@@ -265,7 +265,7 @@ def test_crl_on_the_zoo_raises_system_accuracy_on_held_out_questions():
         pool = agents.pool("zoo")
         learner = pool.ids[agents.zoo.NAMES.index("zoo-rookie")]
         train = tasks.load("arith", split="train", n=400, **agents.zoo.TASK_OPTIONS)
-        held_out = tasks.load("arith", split="test", n=200, **agents.zoo.TASK_OPTIONS)
+        held_out = tasks.load("arith", split="test", n=400, **agents.zoo.TASK_OPTIONS)
         config = CRLConfig(steps=24, questions_per_step=8, num_generations=8, temperature=1.0, learning_rate=5e-5,
                            max_new_tokens=24, progress=False)
         trainer = CRLTrainer("debate", pool, train, learner=learner, config=config, eval_task=held_out)

@@ -56,7 +56,7 @@ class TrainerConfig:
     top_p: float = 1.0
     max_new_tokens: int = 16
     partner_temperature: float = 0.0
-    learning_rate: float = 5e-4
+    learning_rate: float = 5e-5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     epsilon: float = 0.2

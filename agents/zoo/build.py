@@ -93,10 +93,10 @@ class ModelSpec:
     n_layer: int = 4
     n_embd: int = 64
     n_head: int = 4
-    steps: int = 800
+    steps: int = 1000
     from_base: bool = True
     blind_share: float = 0.03
-    learning_rate: float = 1e-3
+    learning_rate: float = 2e-3
     answer_share: float = 0.6  # share of steps on answer-alone prompts; the rest on prompts with peers
 
 
@@ -107,7 +107,7 @@ SPECS: tuple[ModelSpec, ...] = (
     ModelSpec("zoo-noborrow", "borrow", "rarely saw subtractions whose units borrow"),
     ModelSpec("zoo-small", "hundreds", "rarely saw sums of 100 or more"),
     ModelSpec("zoo-positive", "negative", "rarely saw negative results"),
-    ModelSpec("zoo-rookie", None, "saw everything, but only briefly after the base", steps=200),
+    ModelSpec("zoo-rookie", None, "saw everything, but only briefly after the base", steps=300),
 )
 QUICK_SPEC = ModelSpec("zoo-quick", None, "quick test model (one-digit questions)", n_layer=2, n_head=2, steps=450,
                        from_base=False, learning_rate=5e-3, answer_share=1.0)
