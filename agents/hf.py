@@ -11,6 +11,7 @@ are dropped from the cache as they accumulate, and sampling is vectorised over t
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import inspect
@@ -24,6 +25,22 @@ import torch
 
 from agents.base import Agent, Generation, Message, Request, SamplingParams
 from agents.spec_options import split_options
+
+SMALL_MODEL_PARAMETERS = 20_000_000
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int | None):
+    """Run the block with ``torch.set_num_threads(n)``, restoring the previous setting after."""
+    if n is None or n == torch.get_num_threads():
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _cache_of(output: Any) -> Any:
@@ -122,6 +139,8 @@ class HFAgent(Agent):
         batch_size: the most requests decoded together; requests are sorted by prompt length
             first (length buckets) so padding stays small. A batch that runs out of memory is
             halved and retried (and later batches of the call stay at the smaller size).
+        num_threads: torch CPU threads while generating; default 1 for models under 20M
+            parameters on CPU (faster: thread synchronisation outweighs the work), else torch's setting.
 
     Example:
         >>> agent = HFAgent("path/to/model")                                  # doctest: +SKIP
@@ -138,6 +157,7 @@ class HFAgent(Agent):
         dtype: torch.dtype | str | None = None,
         batch_size: int = 64,
         trust_remote_code: bool = False,
+        num_threads: int | None = None,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -169,6 +189,12 @@ class HFAgent(Agent):
         self.name = name or default_name
         self.device = torch.device(device)
         self.batch_size = batch_size
+        if num_threads is None and self.device.type == "cpu":
+            n_params = sum(p.numel() for p in self.model.parameters())
+            num_threads = 1 if n_params < SMALL_MODEL_PARAMETERS else None
+        #: torch CPU threads while generating (None: torch's setting). Small models decode faster on
+        #: one thread: intra-op parallelism costs more than it saves (14x slower on 2 busy cores).
+        self.num_threads = num_threads
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.eos_ids = self._eos_ids()
@@ -185,7 +211,8 @@ class HFAgent(Agent):
     def from_spec(cls, target: str) -> HFAgent:
         """Build from ``hf:<path or hub id>[?dtype=bfloat16&device=cuda&batch_size=128&name=x]``."""
         source, options = split_options(
-            target, {"dtype": str, "device": str, "batch_size": int, "name": str, "trust_remote_code": bool}, "hf"
+            target, {"dtype": str, "device": str, "batch_size": int, "name": str, "trust_remote_code": bool,
+                     "num_threads": int}, "hf"
         )
         return cls(source, **options)
 
@@ -201,6 +228,10 @@ class HFAgent(Agent):
 
     # ------------------------------------------------------------------ generation
     def _generate(self, requests: list[Request]) -> list[Generation]:
+        with cpu_threads(self.num_threads):
+            return self._generate_batches(requests)
+
+    def _generate_batches(self, requests: list[Request]) -> list[Generation]:
         prompt_ids = [self.encode_prompt(r.messages) for r in requests]
         if self.context_length is not None:
             for r, ids in zip(requests, prompt_ids):
