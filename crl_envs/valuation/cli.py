@@ -13,7 +13,7 @@ from pathlib import Path
 
 from crl_envs.cli import SUBCOMMANDS, build_pool, parse_options
 
-DEFAULT_QUESTIONS = 50
+DEFAULT_QUESTIONS = 200
 """Exact valuation of the 5-model zoo under debate at 50 questions: ~4 CPU-minutes on this 2-core
 machine (31 coalitions + 5 individual runs; HF decode steps dominate, so cost grows slowly with n)."""
 
