@@ -15,18 +15,19 @@ They were trained on the prompts the protocols emit (answering alone, revising a
 peers, aggregating and fusing proposals, picking the best candidate, routing, stating confidence):
 see :mod:`agents.zoo.build`, which rebuilds them from a seed. Figures below: 500 arith test
 questions, greedy, through ``crl_envs.run_episodes``; "LOO" is the leave-one-out contribution to
-vote, v(N) - v(N minus the model). Known weakness of this build: errors are not complementary
-enough for vote to beat the best model, and debate's second round makes every model worse.
+vote, v(N) - v(N minus the model). Vote beats the best model by 13.0 points (complementary blind
+spots). Known weakness: debate's second round changes many answers but makes every model worse
+(round 1 0.26-0.73, round 2 0.16-0.52): long prompts with peers are hard for these tiny models.
 
 | model | blind spot | standalone | core | carry | hundreds | borrow | negative | LOO to vote |
 |---|---|---|---|---|---|---|---|---|
-| zoo-nocarry | carry | 0.378 | 0.79 | 0.07 | 0.07 | 0.34 | 0.21 | +0.004 |
-| zoo-noborrow | borrow | 0.424 | 0.81 | 0.41 | 0.27 | 0.02 | 0.16 | +0.034 |
-| zoo-small | hundreds | 0.492 | 0.86 | 0.33 | 0.03 | 0.47 | 0.32 | +0.028 |
-| zoo-positive | negative | 0.452 | 0.78 | 0.39 | 0.22 | 0.33 | 0.03 | +0.046 |
-| zoo-rookie | (none: brief training) | 0.206 | 0.54 | 0.10 | 0.03 | 0.05 | 0.03 | -0.006 |
+| zoo-nocarry | carry | 0.732 | 0.85 | 0.36 | 0.62 | 0.85 | 0.83 | +0.086 |
+| zoo-noborrow | borrow | 0.714 | 0.88 | 0.89 | 0.93 | 0.11 | 0.43 | +0.080 |
+| zoo-small | hundreds | 0.694 | 0.91 | 0.46 | 0.01 | 0.91 | 0.90 | +0.046 |
+| zoo-positive | negative | 0.650 | 0.87 | 0.81 | 0.81 | 0.39 | 0.04 | +0.078 |
+| zoo-rookie | (none: brief training) | 0.264 | 0.65 | 0.17 | 0.03 | 0.09 | 0.04 | -0.010 |
 
-On 500 arith test questions (seed 0, greedy): best single model 0.492; at least one model right 0.666; vote_v0 0.476; debate_v0 (2 rounds) 0.284; debate's round 2 changed 1760 of 2500 answers.
+On 500 arith test questions (seed 0, greedy): best single model 0.732; at least one model right 0.960; vote_v0 0.862; debate_v0 (2 rounds) 0.620; debate's round 2 changed 1318 of 2500 answers.
 
 Example:
     >>> import agents, crl_envs                                              # doctest: +SKIP

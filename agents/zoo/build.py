@@ -93,7 +93,7 @@ class ModelSpec:
     n_layer: int = 4
     n_embd: int = 64
     n_head: int = 4
-    steps: int = 1000
+    steps: int = 1500
     from_base: bool = True
     blind_share: float = 0.03
     learning_rate: float = 2e-3
