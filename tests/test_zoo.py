@@ -82,13 +82,11 @@ def test_load_rejects_unknown_names():
 
 
 @needs_models
-def test_zoo_loads_offline_fast_and_small():
-    t0 = time.perf_counter()
+def test_zoo_loads_offline_and_small():
+    """Load time is a benchmark (benchmarks/zoo_load.py), not a timed assertion."""
     zoo = agents.pool("zoo")
-    seconds = time.perf_counter() - t0
     assert len(zoo) >= 4 and zoo.names == list(ZOO.NAMES)
     assert all(isinstance(a, agents.HFAgent) for a in zoo.values())
-    assert seconds < 5, f"loading the zoo took {seconds:.1f}s"
     total = sum(f.stat().st_size for f in ZOO.MODELS_DIR.rglob("*") if f.is_file())
     assert total <= 20 * 2**20, f"shipped zoo files total {total / 2**20:.1f} MB"
     assert agents.from_spec(f"zoo:{ZOO.NAMES[0]}").name == ZOO.NAMES[0]
