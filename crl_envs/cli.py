@@ -104,6 +104,9 @@ def _load_plugins() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one bar per loaded model would drown the command's own progress
     _load_plugins()
     parser = argparse.ArgumentParser(prog="crl-envs", description="multi-LLM collaboration environments")
     sub = parser.add_subparsers(dest="command", required=True)
