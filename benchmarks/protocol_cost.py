@@ -38,7 +38,7 @@ def pool_of_four(tmp: str) -> tuple[agents.Pool, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20, help="questions (arith)")
-    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--protocols", default=",".join(PROTOCOLS), help="comma-separated protocol names")
     args = parser.parse_args()
     torch.set_num_threads(2)
