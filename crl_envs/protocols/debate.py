@@ -39,6 +39,8 @@ class DebateEnv(ProtocolEnv):
         "refine": "{question}\nYour previous answer: {own}\nReview it and give your final answer.",
     }
     empty_value = 0.0
+    #: The template of rounds 2..R for a member who sees peers (``refine`` when it sees none).
+    REVISE_TEMPLATE = "debate"
 
     def __init__(self, pool, task, *, rounds: int = 2, **kwargs):
         super().__init__(pool, task, **kwargs)
@@ -46,15 +48,19 @@ class DebateEnv(ProtocolEnv):
             raise ValueError(f"debate rounds must be an int >= 1, got {rounds!r}")
         self.rounds = rounds
 
+    def peers_of(self, agent: str) -> list[str]:
+        """Present members whose previous answers ``agent`` reads (pool order): all the others."""
+        return [b for b in self.members if b != agent]
+
     def _play(self):
         texts = yield Phase("round_1", {a: self.messages("answer") for a in self.members})
         first = {a: self.extract(texts[a]) for a in self.members}
         for r in range(2, self.rounds + 1):
             prompts = {}
             for a in self.members:
-                peers = [texts[b] for b in self.members if b != a]
+                peers = [texts[b] for b in self.peers_of(a)]
                 if peers:
-                    prompts[a] = self.messages("debate", peers=format_answers(peers), own=texts[a].strip())
+                    prompts[a] = self.messages(self.REVISE_TEMPLATE, peers=format_answers(peers), own=texts[a].strip())
                 else:
                     prompts[a] = self.messages("refine", own=texts[a].strip())
             texts = yield Phase(f"round_{r}", prompts)

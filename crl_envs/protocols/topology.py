@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers, plurality
+from crl_envs.protocols.debate import DebateEnv
 
 GRAPHS = ("chain", "star", "tree", "ring", "complete")
 
@@ -74,7 +74,9 @@ def adjacency(graph: str | Sequence[Sequence[int]] | np.ndarray, n: int) -> np.n
     return a
 
 
-class TopologyEnv(ProtocolEnv):
+class TopologyEnv(DebateEnv):
+    """Debate restricted to a graph: ``peers_of`` follows the edges (on ``"complete"`` it is debate)."""
+
     metadata = {"name": "topology_v0", "render_modes": ["human"], "is_parallelizable": True}
     PROMPTS = {
         "answer": "{question}",
@@ -82,36 +84,20 @@ class TopologyEnv(ProtocolEnv):
         "refine": "{question}\nYour previous answer: {own}\nReview it and give your final answer.",
     }
     empty_value = 0.0
+    REVISE_TEMPLATE = "update"
 
     def __init__(self, pool, task, *, graph: str | Sequence[Sequence[int]] | np.ndarray = "chain", rounds: int = 2,
                  **kwargs):
-        super().__init__(pool, task, **kwargs)
         if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
             raise ValueError(f"topology rounds must be an int >= 1, got {rounds!r}")
-        self.rounds = rounds
+        super().__init__(pool, task, rounds=rounds, **kwargs)
         self.graph = graph if isinstance(graph, str) else np.asarray(graph).tolist()
         self.adjacency = adjacency(graph, len(self.pool))
 
-    def in_neighbours(self, agent: str) -> list[str]:
-        """Present members whose answers reach ``agent`` (pool order)."""
+    def peers_of(self, agent: str) -> list[str]:
+        """Present members whose answers reach ``agent`` along the graph's edges (pool order)."""
         j = self.pool.ids.index(agent)
         return [b for b in self.members if self.adjacency[self.pool.ids.index(b), j]]
-
-    def _play(self):
-        texts = yield Phase("round_1", {a: self.messages("answer") for a in self.members})
-        first = {a: self.extract(texts[a]) for a in self.members}
-        for r in range(2, self.rounds + 1):
-            prompts = {}
-            for a in self.members:
-                peers = [texts[b] for b in self.in_neighbours(a)]
-                if peers:
-                    prompts[a] = self.messages("update", peers=format_answers(peers), own=texts[a].strip())
-                else:
-                    prompts[a] = self.messages("refine", own=texts[a].strip())
-            texts = yield Phase(f"round_{r}", prompts)
-        answers = {a: self.extract(texts[a]) for a in self.members}
-        standalone = {a: self.task.score_answer(first[a], self.example) for a in self.members}
-        return Outcome(answer=plurality([answers[a] for a in self.members]), answers=answers, standalone=standalone)
 
 
 def env(pool, task, **options) -> TopologyEnv:
