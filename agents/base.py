@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import abc
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -84,7 +85,7 @@ class Generation:
     seconds: float = 0.0
 
 
-class Agent:
+class Agent(abc.ABC):
     """Base class of every LLM backend.
 
     Subclasses implement :meth:`_generate`; :meth:`generate` validates input and guarantees one
@@ -108,8 +109,9 @@ class Agent:
             )
         return out
 
-    def _generate(self, requests: list[Request]) -> list[Generation]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _generate(self, requests: list[Request]) -> list[Generation]:
+        """One generation per request, in order (the backend's batched call)."""
 
     @property
     def fingerprint(self) -> str:

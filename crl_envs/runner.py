@@ -12,7 +12,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from agents import Agent, Message, Pool, Request, SamplingParams, stable_hash
+from agents import Agent, Generation, Message, Pool, Request, SamplingParams, stable_hash
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
@@ -155,72 +155,39 @@ def run_episodes(
 
     transcripts: list[list[TurnRecord]] = [[] for _ in envs]
     usages: list[dict[str, Usage]] = [{} for _ in envs]
-    finals: list[dict[str, Any] | None] = [None] * len(envs)
     live = list(range(len(envs)))
     bar = tqdm(total=len(envs), desc=f"{protocol_name} episodes", disable=not progress, leave=False)
     while live:
-        # 1. every active agent's prompt across live instances, grouped by the Agent that plays it
-        groups: dict[int, tuple[Agent, list[tuple[int, str, Request]]]] = {}
-        for i in live:
-            env, infos = envs[i], obs_infos[i]
-            ex, s = keys[i]
-            for agent_id, info in infos.items():
-                if not info.get("active"):
-                    continue
-                model = policies.get(agent_id) or env.agent_for(agent_id)
-                params = _sampling_for(sampling, agent_id)
-                req = Request(
-                    messages=info["messages"],
-                    sampling=params.with_seed(stable_hash(seed, ex.id, s, agent_id, info["phase_index"]) % (2**63)),
-                    metadata={
-                        "example": ex,
-                        "protocol": protocol_name,
-                        "phase": info["phase"],
-                        "phase_index": info["phase_index"],
-                        "agent_id": agent_id,
-                        "sample": s,
-                    },
-                )
-                groups.setdefault(id(model), (model, []))[1].append((i, agent_id, req))
-        # 2. one batched call per Agent
+        # 1. every active agent's prompt across live instances; 2. one batched call per Agent
+        items = [
+            (i, agent_id, model, req)
+            for i in live
+            for agent_id, model, req in phase_requests(
+                envs[i], obs_infos[i], keys[i][0], keys[i][1], seed=seed, policies=policies, sampling=sampling
+            )
+        ]
+        gens = generate_grouped([(model, req) for _, _, model, req in items], batch_size=batch_size)
         actions: dict[int, dict[str, str]] = {i: {} for i in live}
-        for model, items in groups.values():
-            gens = []
-            step = batch_size or len(items)
-            for start in range(0, len(items), step):
-                chunk = [req for _, _, req in items[start : start + step]]
-                t0 = time.perf_counter()
-                try:
-                    out = model.generate(chunk)
-                except Exception as e:
-                    raise RuntimeError(
-                        f"agent {items[start][1]} ({model.name}) failed on a batch of {len(chunk)} requests "
-                        f"(first example {chunk[0].metadata['example'].id!r}, phase {chunk[0].metadata['phase']!r}): {e}"
-                    ) from e
-                share = (time.perf_counter() - t0) / len(chunk)
-                for g in out:
-                    g.seconds = share
-                gens.extend(out)
-            for (i, agent_id, req), gen in zip(items, gens):
-                actions[i][agent_id] = gen.text
-                env = envs[i]
-                keep = agent_id in recorded
-                transcripts[i].append(
-                    TurnRecord(
-                        phase=req.metadata["phase_index"],
-                        phase_name=req.metadata["phase"],
-                        agent=agent_id,
-                        model=model.name,
-                        messages=req.messages,
-                        text=gen.text[: env.max_action_chars],
-                        prompt_token_ids=gen.prompt_token_ids if keep else None,
-                        token_ids=gen.token_ids if keep else None,
-                        logprobs=gen.logprobs if keep else None,
-                        finish_reason=gen.finish_reason,
-                    )
+        for (i, agent_id, model, req), gen in zip(items, gens):
+            actions[i][agent_id] = gen.text
+            env = envs[i]
+            keep = agent_id in recorded
+            transcripts[i].append(
+                TurnRecord(
+                    phase=req.metadata["phase_index"],
+                    phase_name=req.metadata["phase"],
+                    agent=agent_id,
+                    model=model.name,
+                    messages=req.messages,
+                    text=gen.text[: env.max_action_chars],
+                    prompt_token_ids=gen.prompt_token_ids if keep else None,
+                    token_ids=gen.token_ids if keep else None,
+                    logprobs=gen.logprobs if keep else None,
+                    finish_reason=gen.finish_reason,
                 )
-                u = usages[i].setdefault(agent_id, Usage())
-                u.add(Usage(1, gen.prompt_tokens, gen.completion_tokens, gen.seconds))
+            )
+            u = usages[i].setdefault(agent_id, Usage())
+            u.add(Usage(1, gen.prompt_tokens, gen.completion_tokens, gen.seconds))
         # 3. step every live instance
         still = []
         for i in live:
@@ -229,7 +196,6 @@ def run_episodes(
                 obs_infos[i] = infos
                 still.append(i)
             else:
-                finals[i] = next(iter(infos.values())) if infos else {}
                 bar.update(1)
         live = still
     bar.close()
@@ -255,6 +221,64 @@ def run_episodes(
             )
         )
     return episodes
+
+
+def phase_requests(
+    env: ProtocolEnv,
+    infos: Mapping[str, Mapping[str, Any]],
+    example: Example,
+    sample: int = 0,
+    *,
+    seed: int = 0,
+    policies: Mapping[str, Agent] | None = None,
+    sampling: SamplingParams | Mapping[str, SamplingParams] | None = None,
+) -> list[tuple[str, Agent, Request]]:
+    """``(agent id, model, request)`` for every agent active in ``env``'s current phase.
+
+    A request's sampling seed derives from (seed, example, sample, agent, phase), never from batching.
+    """
+    out = []
+    for agent_id, info in infos.items():
+        if not info.get("active"):
+            continue
+        model = (policies or {}).get(agent_id) or env.agent_for(agent_id)
+        seed_k = stable_hash(seed, example.id, sample, agent_id, info["phase_index"]) % (2**63)
+        request = Request(
+            messages=info["messages"],
+            sampling=_sampling_for(sampling, agent_id).with_seed(seed_k),
+            metadata={"example": example, "protocol": env.metadata["name"], "phase": info["phase"],
+                      "phase_index": info["phase_index"], "agent_id": agent_id, "sample": sample},
+        )
+        out.append((agent_id, model, request))
+    return out
+
+
+def generate_grouped(items: Sequence[tuple[Agent, Request]], *, batch_size: int | None = None) -> list[Generation]:
+    """One generation per ``(model, request)``, in order, with one batched ``generate`` per model
+    (split into ``batch_size`` chunks if given). ``Generation.seconds`` is each request's share."""
+    groups: dict[int, tuple[Agent, list[int]]] = {}
+    for k, (model, _) in enumerate(items):
+        groups.setdefault(id(model), (model, []))[1].append(k)
+    out: list[Generation | None] = [None] * len(items)
+    for model, positions in groups.values():
+        step = batch_size or len(positions)
+        for start in range(0, len(positions), step):
+            chunk = positions[start : start + step]
+            requests = [items[k][1] for k in chunk]
+            t0 = time.perf_counter()
+            try:
+                gens = model.generate(requests)
+            except Exception as e:
+                first = requests[0].metadata
+                raise RuntimeError(
+                    f"agent {first.get('agent_id')} ({model.name}) failed on a batch of {len(requests)} requests "
+                    f"(first example {getattr(first.get('example'), 'id', None)!r}, phase {first.get('phase')!r}): {e}"
+                ) from e
+            share = (time.perf_counter() - t0) / len(requests)
+            for k, g in zip(chunk, gens):
+                g.seconds = share
+                out[k] = g
+    return out  # type: ignore[return-value]
 
 
 def _select_examples(task: Task, examples: Sequence[int | str] | None) -> list[Example]:

@@ -8,6 +8,7 @@ metrics to JSONL + TensorBoard, checkpoints that resume after a kill, evaluation
 
 from __future__ import annotations
 
+import abc
 import copy
 import json
 import math
@@ -88,7 +89,7 @@ def paired_bootstrap_ci(before: Sequence[float], after: Sequence[float], *, n_bo
     return float(diff.mean()), float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
 
 
-class PolicyGradientTrainer:
+class PolicyGradientTrainer(abc.ABC):
     """Group-baseline policy-gradient training of one agent of ``pool`` inside ``protocol``.
 
     Args:
@@ -165,9 +166,9 @@ class PolicyGradientTrainer:
         self.eval_sampling = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
 
     # ------------------------------------------------------------------ what a subclass defines
+    @abc.abstractmethod
     def collect(self, examples: list[str], seed: int) -> RolloutBatch:
         """Play this step's rollouts for ``examples`` (ids) and return their rewards."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ building blocks
     def play(self, examples: Sequence[str], seed: int, *, coalition: Sequence[str] | None = None,

@@ -30,10 +30,11 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from agents import Agent, Pool, Request, SamplingParams, stable_hash
+from agents import Agent, Pool, SamplingParams
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
+from crl_envs.runner import generate_grouped, phase_requests
 from crl_envs.tasks import Example, Task
 
 Featurizer = Callable[[str], np.ndarray]
@@ -200,28 +201,22 @@ class SingleAgentEnv(gymnasium.Env):
         return dict(next(iter(self._infos.values()), {})) if self._infos else {}
 
     def _others_actions(self) -> dict[str, str]:
-        """Every other active agent's text: one batched ``generate`` per Agent for this phase."""
-        groups: dict[int, tuple[Agent, list[tuple[str, Request, tuple]]]] = {}
+        """Every other active agent's text: the runner's request builder and grouped generation
+        (one batched ``generate`` per Agent for this phase), with greedy answers cached."""
+        others = {a: info for a, info in self._infos.items() if a != self.agent}
+        planned = phase_requests(self._env, others, self._env.example, seed=self._episode_seed, sampling=self.sampling)
         actions: dict[str, str] = {}
-        for agent_id in self._active():
-            if agent_id == self.agent:
-                continue
-            info = self._infos[agent_id]
-            model = self._env.agent_for(agent_id)
-            params = self.sampling.with_seed(stable_hash(self._episode_seed, agent_id, info["phase_index"]) % (2**63))
-            key = (id(model), agent_id, repr(info["messages"]))
+        todo = []
+        for agent_id, model, request in planned:
+            key = (id(model), agent_id, repr(request.messages))
             if self.sampling.temperature == 0 and key in self._cache:
                 actions[agent_id] = self._cache[key]
-                continue
-            request = Request(messages=info["messages"], sampling=params,
-                              metadata={"example": self._env.example, "protocol": self._env.metadata["name"],
-                                        "phase": info["phase"], "phase_index": info["phase_index"], "agent_id": agent_id})
-            groups.setdefault(id(model), (model, []))[1].append((agent_id, request, key))
-        for model, items in groups.values():
-            generations = model.generate([r for _, r, _ in items])
-            self.model_calls += 1
-            for (agent_id, _, key), g in zip(items, generations):
-                actions[agent_id] = g.text
-                if self.sampling.temperature == 0:
-                    self._cache[key] = g.text
+            else:
+                todo.append((agent_id, model, request, key))
+        generations = generate_grouped([(model, request) for _, model, request, _ in todo])
+        self.model_calls += len({id(model) for _, model, _, _ in todo})
+        for (agent_id, _, _, key), g in zip(todo, generations):
+            actions[agent_id] = g.text
+            if self.sampling.temperature == 0:
+                self._cache[key] = g.text
         return actions

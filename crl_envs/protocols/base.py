@@ -15,6 +15,7 @@ coalitions, spaces (cached per instance), action validation, rewards, infos and 
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,7 +87,7 @@ def plurality(answers: Sequence[str | None]) -> str | None:
     return next(a for a in answers if a is not None and counts[a] == best)
 
 
-class ProtocolEnv(ParallelEnv):
+class ProtocolEnv(ParallelEnv, abc.ABC):
     """Base class of the protocol envs. See the module docstring.
 
     Args:
@@ -271,8 +272,9 @@ class ProtocolEnv(ParallelEnv):
         self._game = None
 
     # ------------------------------------------------------------------ protocol hook
-    def _play(self) -> Generator[Phase, dict[str, str], Outcome]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _play(self) -> Generator[Phase, dict[str, str], Outcome]:
+        """The protocol: yield each :class:`Phase`, receive the actions, return the :class:`Outcome`."""
 
     @property
     def phase(self) -> Phase | None:

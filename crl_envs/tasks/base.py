@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ class Example:
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
-class Task:
+class Task(abc.ABC):
     """A list of examples plus the three things every protocol needs from a task.
 
     - :meth:`prompt` — the user message that puts a question to a model;
@@ -70,8 +71,9 @@ class Task:
     def prompt(self, example: Example) -> str:
         return example.question
 
+    @abc.abstractmethod
     def extract(self, text: str) -> str | None:
-        raise NotImplementedError
+        """The answer in a free-text response, or ``None``."""
 
     def is_correct(self, answer: str | None, example: Example) -> bool:
         return answer is not None and answer == example.answer

@@ -4,6 +4,7 @@ problem's tests in :mod:`crl_envs.sandbox`.
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import os
 import re
@@ -55,9 +56,9 @@ class CodeTask(Task):
         self._cache: dict[str, SandboxResult] = {}
         self._lock = threading.Lock()
 
+    @abc.abstractmethod
     def program(self, code: str, example: Example) -> str:
         """The whole test program for candidate ``code``."""
-        raise NotImplementedError
 
     def extract(self, text: str) -> str | None:
         return extract_code(text)

@@ -18,7 +18,7 @@ from typing import Any
 
 from crl_envs.tasks.base import Example, Task
 from crl_envs.tasks.hub import check_split, load_rows, subsample
-from crl_envs.tasks.numeric import _NUMBER_RE, boxed_contents, normalize_number
+from crl_envs.tasks.numeric import boxed_contents, last_number
 
 REL_TOL = 1e-4
 SYMPY_TIMEOUT = 2.0
@@ -60,12 +60,7 @@ def extract_math_answer(text: str) -> str | None:
             answer = re.sub(r"\s*[.。]\s*$", "", answer).strip().strip("$").strip()
             if answer:
                 return answer
-    numbers = _NUMBER_RE.findall(text)
-    for raw in reversed(numbers):
-        value = normalize_number(raw)
-        if value is not None:
-            return value
-    return None
+    return last_number(text)
 
 
 def normalize_math_answer(answer: str) -> str:

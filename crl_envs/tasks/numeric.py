@@ -66,8 +66,12 @@ def extract_number(text: str) -> str | None:
             value = normalize_number(found[-1])
             if value is not None:
                 return value
-    nums = _NUMBER_RE.findall(text)
-    for raw in reversed(nums):
+    return last_number(text)
+
+
+def last_number(text: str) -> str | None:
+    """The last number in ``text``, normalised (the fallback of every numeric extractor)."""
+    for raw in reversed(_NUMBER_RE.findall(text)):
         value = normalize_number(raw)
         if value is not None:
             return value
