@@ -1,11 +1,12 @@
 """Compare C-RL with its baselines on the zoo: untrained, C-RL, GRPO, LOO-reward, Shapley-credit.
 
     python examples/compare_trainers.py --out results.json [--plot results.png]
-           [--protocols debate vote] [--seeds 0 1 2] [--steps 12] [--n-train 200] [--n-eval 200]
+           [--protocols debate judge vote] [--seeds 0 1 2] [--steps 24] [--lr 5e-5] [--n-eval 200]
 
 For every protocol and seed, each trainer starts from the same zoo model (``--learner``), trains
 for ``--steps`` steps on arith *train* questions, and is evaluated (greedy, every agent) on the
-same held-out *test* questions before and after. ``results.json`` holds, per protocol, trainer and
+same held-out *test* questions before and after. Every trainer of a protocol runs with the same
+settings; the per-protocol defaults are in :data:`PROTOCOLS` (``--lr`` overrides them all). ``results.json`` holds, per protocol, trainer and
 seed: ``system_before``, ``system_after``, ``standalone_before``, ``standalone_after``,
 ``rollouts`` (episodes played in training, every coalition counted), ``seconds``, and the
 per-question scores. It is written after every run; rerunning skips finished runs (resume).
@@ -31,6 +32,16 @@ from crl_envs import tasks
 
 TRAINERS = ["crl", "grpo", "loo_reward", "shapley_credit"]
 
+#: Per protocol: its factory options (``"{learner}"`` is replaced by the learner's id), and the
+#: learning rate and steps every trainer uses there. debate: 5e-5 (2e-4 and 1e-3 were not better for any
+#: trainer; 2e-4 cost C-RL 9 points); judge, with the learner as the judge: 1e-3 (a verdict is a
+#: one-token choice, and 5e-5 moves it too little in 24 steps: C-RL +3.5 points against +16).
+PROTOCOLS: dict[str, dict] = {
+    "debate": {"options": {"rounds": 2}, "lr": 5e-5, "steps": 24},
+    "judge": {"options": {"judge": "{learner}"}, "lr": 1e-3, "steps": 48},
+    "vote": {"options": {}, "lr": 5e-5, "steps": 24},
+}
+
 
 def bootstrap_delta(runs: list[dict], key: str, n_boot: int = 5000, seed: int = 0) -> tuple[float, float, float]:
     """Mean Δ (after - before) over seeds and questions; 95% CI resampling seeds, then questions."""
@@ -43,10 +54,24 @@ def bootstrap_delta(runs: list[dict], key: str, n_boot: int = 5000, seed: int = 
     return float(np.mean([d.mean() for d in diffs])), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
 
 
+def protocol_settings(protocol: str, args) -> dict:
+    """The settings every trainer of ``protocol`` runs with (stored in results.json)."""
+    if protocol not in PROTOCOLS:
+        raise SystemExit(f"compare_trainers has no settings for protocol {protocol!r}; add it to PROTOCOLS "
+                         f"(known: {sorted(PROTOCOLS)})")
+    spec = PROTOCOLS[protocol]
+    options = {k: v.format(learner=args.learner) if isinstance(v, str) else v for k, v in spec["options"].items()}
+    return {"protocol_options": options, "learning_rate": args.lr if args.lr is not None else spec["lr"],
+            "steps": args.steps or spec["steps"], "questions_per_step": args.questions_per_step, "num_generations": args.G,
+            "max_new_tokens": args.max_new_tokens, "learner": args.learner, "n_train": args.n_train,
+            "n_eval": args.n_eval, "shapley_coalitions": args.shapley_coalitions}
+
+
 def config_for(name: str, args, seed: int, protocol: str) -> trainers.TrainerConfig:
-    common = dict(steps=args.steps, questions_per_step=args.questions_per_step, num_generations=args.G,
-                  learning_rate=args.lr, max_new_tokens=args.max_new_tokens, seed=seed, progress=False,
-                  protocol_options=dict(rounds=2) if protocol == "debate" else {})
+    settings = protocol_settings(protocol, args)
+    common = dict(steps=settings["steps"], questions_per_step=args.questions_per_step, num_generations=args.G,
+                  learning_rate=settings["learning_rate"], max_new_tokens=args.max_new_tokens, seed=seed,
+                  progress=False, protocol_options=settings["protocol_options"])
     if name == "shapley_credit":
         return trainers.ShapleyCreditConfig(coalitions_per_question=args.shapley_coalitions, **common)
     return trainers.TRAINERS[name].config_class(**common)
@@ -95,18 +120,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="results JSON (resumed if it exists)")
     parser.add_argument("--plot", help="PNG of Δ system / Δ standalone per trainer")
-    parser.add_argument("--protocols", nargs="+", default=["debate", "vote"])
+    parser.add_argument("--protocols", nargs="+", default=["debate", "judge", "vote"], choices=sorted(PROTOCOLS))
     parser.add_argument("--trainers", nargs="+", default=TRAINERS, choices=TRAINERS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--learner", default="model_4", help="the trained agent (default: zoo-rookie, the weakest)")
-    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps for every protocol (default: PROTOCOLS)")
     parser.add_argument("--questions-per-step", type=int, default=8)
     parser.add_argument("--G", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--lr", type=float, default=None, help="learning rate for every protocol (default: PROTOCOLS)")
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--shapley-coalitions", type=int, default=2,
                         help="coalitions sampled per step for Shapley credit (from the Shapley distribution)")
-    parser.add_argument("--n-train", type=int, default=200)
+    parser.add_argument("--n-train", type=int, default=1000)
     parser.add_argument("--n-eval", type=int, default=200)
     parser.add_argument("--zoo-dir", help="load the zoo's models from this directory (default: the installed zoo)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for tiny models on a busy CPU)")
@@ -123,6 +148,13 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     results = json.loads(out.read_text()) if out.exists() else {"runs": {}}
     results["settings"] = vars(args) | {"pool": pool.names}
+    stored = results.setdefault("protocol_settings", {})
+    for protocol in args.protocols:  # resuming with other settings would mix incomparable runs
+        settings = protocol_settings(protocol, args)
+        if results["runs"].get(protocol) and stored.get(protocol) != settings:
+            raise SystemExit(f"{out} holds {protocol} runs made with other settings ({stored.get(protocol)}); "
+                             f"now {settings}. Write to a new --out, or delete {out}.")
+        stored[protocol] = settings
 
     def save() -> None:
         tmp = out.with_suffix(".tmp")

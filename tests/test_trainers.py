@@ -255,39 +255,46 @@ def test_bad_input_raises_clear_errors(pool, train_task):
 # ---------------------------------------------------------------------- end to end on the zoo
 @pytest.mark.slow
 def test_crl_on_the_zoo_end_to_end():
-    """C-RL trains the zoo's weakest model (zoo-rookie) inside the 5-model debate for 24 steps and is
-    evaluated on 400 held-out questions.
+    """C-RL trains the zoo's weakest model (zoo-rookie) as the judge of the 5-model judge_v0, 24 steps x
+    8 questions x G=8 at lr 1e-3, and raises the system's accuracy on 400 held-out questions.
 
-    What must hold: exactly steps x questions x G system rollouts, all with the full coalition; the
-    learner's weights moved; system accuracy does not degrade (paired-bootstrap CI upper bound > 0
-    and mean > -2 points: a too-large learning rate, e.g. 2e-4, fails this with -9 points).
-    What the issue asks and this zoo does not yet give: a CI for the gain that excludes 0. Measured
-    on the shipped zoo: +1.5 [-0.8, +4.0] (400 questions), +0.4 [-1.2, +2.0] (1000 questions). The
-    test reports xfail with the figures until it does, instead of asserting a gain we do not see.
+    What must hold: exactly steps x questions x G system rollouts, every one with the full coalition;
+    the learner's weights moved; the paired-bootstrap CI of the gain excludes 0 and the gain is at
+    least 5 points. Measured on the shipped zoo: 0.703 -> 0.870 (+16.8 [+13.0, +20.5]), seeds 1 and 2
+    +16.8 and +16.5. The learner's own answers get worse (standalone 0.245 -> 0.04): the system never
+    needed them, and C-RL rewards only the system.
     """
     import agents.zoo
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: one thread is several times faster on a busy 2-core CPU
+    coalitions = []
     try:
         pool = agents.pool("zoo")
         learner = pool.ids[agents.zoo.NAMES.index("zoo-rookie")]
-        train = tasks.load("arith", split="train", n=400, **agents.zoo.TASK_OPTIONS)
+        train = tasks.load("arith", split="train", n=1000, **agents.zoo.TASK_OPTIONS)
         held_out = tasks.load("arith", split="test", n=400, **agents.zoo.TASK_OPTIONS)
-        config = CRLConfig(steps=24, questions_per_step=8, num_generations=8, temperature=1.0, learning_rate=5e-5,
-                           max_new_tokens=24, progress=False)
-        trainer = CRLTrainer("debate", pool, train, learner=learner, config=config, eval_task=held_out)
+        config = CRLConfig(steps=24, questions_per_step=8, num_generations=8, temperature=1.0, learning_rate=1e-3,
+                           max_new_tokens=24, protocol_options={"judge": learner}, progress=False)
+        trainer = CRLTrainer("judge", pool, train, learner=learner, config=config, eval_task=held_out)
+        play = trainer.play
+
+        def counting_play(*args, **kwargs):
+            episodes = play(*args, **kwargs)
+            coalitions.extend(tuple(sorted(ep.coalition)) for ep in episodes)
+            return episodes
+
+        trainer.play = counting_play
         initial = [p.detach().clone() for p in trainer.policy.model.parameters()]
         before = trainer.evaluate()
         trainer.fit()
         after = trainer.evaluate()
     finally:
         torch.set_num_threads(threads)
-    assert trainer.rollouts == 24 * 8 * 8
+    assert trainer.rollouts == 24 * 8 * 8 == len(coalitions)
+    assert set(coalitions) == {tuple(sorted(pool.ids))}
     assert any(not torch.equal(a, b.detach()) for a, b in zip(initial, trainer.policy.model.parameters()))
     mean, low, high = paired_bootstrap_ci(before.system, after.system)
     figures = (f"system accuracy {before.system_accuracy:.3f} -> {after.system_accuracy:.3f}, "
                f"Δ {mean:+.3f} [{low:+.3f}, {high:+.3f}]")
-    assert high > 0 and mean > -0.02, f"C-RL degraded the system: {figures}"
-    if low <= 0:
-        pytest.xfail(f"no significant gain yet (issue 7 asks for a CI excluding 0): {figures}")
+    assert low > 0 and mean >= 0.05, f"C-RL did not raise the system significantly: {figures}"

@@ -29,7 +29,8 @@ class TrainerConfig:
         steps: optimizer steps of :meth:`fit`.
         questions_per_step: training questions per step (each played ``num_generations`` times).
         num_generations: G, rollouts per question (the group of the group baseline).
-        temperature / top_p / max_new_tokens: the learner's sampling while training.
+        temperature / top_p / max_new_tokens: the learner's sampling while training (256 new
+            tokens by default, TRL's ``max_completion_length``; the zoo's answers need about 20).
         partner_temperature: the other agents' sampling (0 = greedy: partners are deterministic,
             so the learner's tokens are the only source of variance within a group).
         learning_rate, weight_decay, max_grad_norm: AdamW and gradient clipping.
@@ -54,7 +55,7 @@ class TrainerConfig:
     num_generations: int = 8
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 16
+    max_new_tokens: int = 256
     partner_temperature: float = 0.0
     learning_rate: float = 5e-5
     weight_decay: float = 0.0
