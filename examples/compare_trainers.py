@@ -1,7 +1,7 @@
 """Compare C-RL with its baselines on the zoo: untrained, C-RL, GRPO, LOO-reward, Shapley-credit.
 
     python examples/compare_trainers.py --out results.json [--plot results.png]
-           [--protocols debate judge vote] [--seeds 0 1 2] [--steps 24] [--lr 5e-5] [--n-eval 200]
+           [--protocols debate judge judge-plurality vote] [--seeds 0 1 2] [--steps 24] [--lr 5e-5] [--n-eval 200]
 
 For every protocol and seed, each trainer starts from the same zoo model (``--learner``), trains
 for ``--steps`` steps on arith *train* questions, and is evaluated (greedy, every agent) on the
@@ -32,13 +32,16 @@ from crl_envs import tasks
 
 TRAINERS = ["crl", "grpo", "loo_reward", "shapley_credit"]
 
-#: Per protocol: its factory options (``"{learner}"`` is replaced by the learner's id), and the
-#: learning rate and steps every trainer uses there. debate: 5e-5 (2e-4 and 1e-3 were not better for any
-#: trainer; 2e-4 cost C-RL 9 points); judge, with the learner as the judge: 1e-3 (a verdict is a
-#: one-token choice, and 5e-5 moves it too little in 24 steps: C-RL +3.5 points against +16).
+#: The setups compared, by label: the protocol (default: the label), its factory options
+#: (``"{learner}"`` is replaced by the learner's id), and the learning rate and steps every trainer
+#: uses there. debate: 5e-5 (2e-4 and 1e-3 were not better for C-RL; 2e-4 cost it 9 points).
+#: judge (the learner judges): 1e-3, as a verdict is a one-token choice that 5e-5 barely moves in
+#: 24 steps; ``fallback="none"`` so that only naming a candidate gives an answer. judge-plurality:
+#: the default fallback, under which the learner can defer to the vote by naming nobody.
 PROTOCOLS: dict[str, dict] = {
     "debate": {"options": {"rounds": 2}, "lr": 5e-5, "steps": 24},
-    "judge": {"options": {"judge": "{learner}"}, "lr": 1e-3, "steps": 48},
+    "judge": {"options": {"judge": "{learner}", "fallback": "none"}, "lr": 1e-3, "steps": 48},
+    "judge-plurality": {"protocol": "judge", "options": {"judge": "{learner}"}, "lr": 1e-3, "steps": 48},
     "vote": {"options": {}, "lr": 5e-5, "steps": 24},
 }
 
@@ -55,13 +58,14 @@ def bootstrap_delta(runs: list[dict], key: str, n_boot: int = 5000, seed: int = 
 
 
 def protocol_settings(protocol: str, args) -> dict:
-    """The settings every trainer of ``protocol`` runs with (stored in results.json)."""
+    """The settings every trainer of the setup ``protocol`` (a label of :data:`PROTOCOLS`) runs with
+    (stored in results.json)."""
     if protocol not in PROTOCOLS:
         raise SystemExit(f"compare_trainers has no settings for protocol {protocol!r}; add it to PROTOCOLS "
                          f"(known: {sorted(PROTOCOLS)})")
     spec = PROTOCOLS[protocol]
     options = {k: v.format(learner=args.learner) if isinstance(v, str) else v for k, v in spec["options"].items()}
-    return {"protocol_options": options, "learning_rate": args.lr if args.lr is not None else spec["lr"],
+    return {"protocol": spec.get("protocol", protocol), "protocol_options": options, "learning_rate": args.lr if args.lr is not None else spec["lr"],
             "steps": args.steps or spec["steps"], "questions_per_step": args.questions_per_step, "num_generations": args.G,
             "max_new_tokens": args.max_new_tokens, "learner": args.learner, "n_train": args.n_train,
             "n_eval": args.n_eval, "shapley_coalitions": args.shapley_coalitions}
@@ -120,7 +124,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="results JSON (resumed if it exists)")
     parser.add_argument("--plot", help="PNG of Δ system / Δ standalone per trainer")
-    parser.add_argument("--protocols", nargs="+", default=["debate", "judge", "vote"], choices=sorted(PROTOCOLS))
+    parser.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), choices=list(PROTOCOLS),
+                        help="setups to run (labels of PROTOCOLS)")
     parser.add_argument("--trainers", nargs="+", default=TRAINERS, choices=TRAINERS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--learner", default="model_4", help="the trained agent (default: zoo-rookie, the weakest)")
@@ -170,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
         t0 = time.perf_counter()
         config = config_for("crl" if name == "untrained" else name, args, seed, protocol)
         trainer = trainers.TRAINERS["crl" if name == "untrained" else name](
-            protocol, pool, train, learner=args.learner, config=config, eval_task=held_out)
+            protocol_settings(protocol, args)["protocol"], pool, train, learner=args.learner, config=config, eval_task=held_out)
         if protocol not in baseline_eval:  # greedy evaluation of the untouched model: the same for every run
             baseline_eval[protocol] = trainer.evaluate()
         before = baseline_eval[protocol]

@@ -56,7 +56,7 @@ def outcomes(protocol, pool, options=None) -> dict[frozenset, str | None]:
 def table(a, b, c, ab, ac, bc, abc) -> dict[frozenset, str]:
     """Expected system answers, by coalition."""
     keys = [{A}, {B}, {C}, {A, B}, {A, C}, {B, C}, {A, B, C}]
-    return {frozenset(k): str(v) for k, v in zip(keys, (a, b, c, ab, ac, bc, abc))}
+    return {frozenset(k): None if v is None else str(v) for k, v in zip(keys, (a, b, c, ab, ac, bc, abc))}
 
 
 # ---------------------------------------------------------------- vote and debate (the spine's two)
@@ -342,11 +342,18 @@ def judge_pool():
     ({}, table(10, 20, 30, 20, 30, 20, 30)),
     # C judges but names nobody -> plurality (ties to pool order): AC 10, BC 20, ABC 10; AB: A judges -> 20
     ({"judge": "model_2"}, table(10, 20, 30, 20, 10, 20, 10)),
+    # ... with fallback="none" the coalitions C judges have no answer; AB: A judges -> 20
+    ({"judge": "model_2", "fallback": "none"}, table(10, 20, 30, 20, None, None, None)),
     # outside judge always says 2
     ({"judge": ScriptedAgent("j", lambda e, m: "2")}, table(10, 20, 30, 20, 30, 30, 20)),
 ])
 def test_judge_by_hand(options, expected):
     assert outcomes("judge", judge_pool(), options) == expected
+
+
+def test_judge_rejects_unknown_fallback():
+    with pytest.raises(ValueError, match="unknown fallback 'vote'"):
+        crl_envs.judge_v0(judge_pool(), task(), fallback="vote")
 
 
 # ---------------------------------------------------------------- relay

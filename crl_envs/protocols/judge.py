@@ -8,9 +8,9 @@
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
 | Action | ``str``, the answer or verdict text (truncated to ``max_action_chars``) |
 | Reward | 0 until the end; then every agent gets the system's score in [0, 1] |
-| System answer | the extracted answer of the candidate the judge picks (the first integer of its reply, 1-based); **fallback** when the reply names no valid candidate: plurality of the candidates' answers (ties go to pool order) |
+| System answer | the extracted answer of the candidate the judge picks (the first integer of its reply, 1-based); when the reply names no valid candidate, ``fallback="plurality"`` (default): plurality of the candidates' answers (ties go to pool order); ``fallback="none"``: no answer (scored 0) |
 | Final infos | ``answer``, ``score``, ``answers`` (per member), ``standalone`` (per member correctness) |
-| Arguments | ``judge`` (see below), ``prompts``, ``max_action_chars``, ``render_mode`` |
+| Arguments | ``judge`` (see below), ``fallback`` (``"plurality"`` or ``"none"``), ``prompts``, ``max_action_chars``, ``render_mode`` |
 
 ``judge``: ``None`` (default) — the first present member (pool order) judges (it also proposes); a pool
 agent id or index — that member (if it is masked out, the first present member instead); an
@@ -23,6 +23,11 @@ Coalition semantics
 |---|---|
 | 1 member | nothing to judge: the single candidate's answer is the system's (no ``judge`` phase) |
 | 0 members | v(∅) = 0 |
+
+``fallback``: what an invalid verdict means. ``"plurality"`` keeps the system answering when a judge
+rambles; ``"none"`` makes the verdict the only way to an answer, which is what to train a judge
+with: under ``"plurality"`` a learner can raise the system's score by never naming a candidate
+(the zoo's rookie does, under C-RL: it learns to defer to the vote).
 
 Version history: v0 — initial release.
 """
@@ -41,9 +46,14 @@ class JudgeEnv(ProtocolEnv):
     }
     empty_value = 0.0
 
-    def __init__(self, pool, task, *, judge: RoleOption = None, **kwargs):
+    FALLBACKS = ("plurality", "none")
+
+    def __init__(self, pool, task, *, judge: RoleOption = None, fallback: str = "plurality", **kwargs):
         super().__init__(pool, task, **kwargs)
         self.judge = resolve_role(self, "judge", judge)
+        if fallback not in self.FALLBACKS:
+            raise ValueError(f"judge_v0: unknown fallback {fallback!r}; use one of {self.FALLBACKS}")
+        self.fallback = fallback
 
     def _play(self):
         texts = yield Phase("propose", {a: self.messages("propose") for a in self.members})
@@ -57,7 +67,8 @@ class JudgeEnv(ProtocolEnv):
         verdict = yield Phase("judge", {judge: self.messages("judge", answers=shown)})
         k = parse_choice(verdict[judge], len(self.members))
         if k is None:
-            final, picked = plurality([answers[a] for a in self.members]), None
+            picked = None
+            final = plurality([answers[a] for a in self.members]) if self.fallback == "plurality" else None
         else:
             picked = self.members[k]
             final = answers[picked]
