@@ -212,16 +212,24 @@ def session_processes(session_id: int) -> list[int]:
     return found
 
 
-def _kill_session(pid: int) -> None:
+def _kill_session(pid: int, *, settle: float = 5.0) -> None:
+    """SIGKILL the program's process group and anything else in its session, and wait (at most
+    ``settle`` seconds) until none of them is running: a killed process takes a moment to die."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    for straggler in session_processes(pid):  # escaped the group with setpgid but not the session
-        try:
-            os.kill(straggler, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    deadline = time.monotonic() + settle
+    while True:
+        stragglers = session_processes(pid)  # escaped the group with setpgid but not the session
+        if not stragglers or time.monotonic() > deadline:
+            return
+        for straggler in stragglers:
+            try:
+                os.kill(straggler, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
 
 
 def run_program(
