@@ -133,3 +133,29 @@ def sample_n(agent: Agent, request: Request, n: int) -> list[Generation]:
     base = request.sampling.seed or 0
     reqs = [replace(request, sampling=request.sampling.with_seed(base + k)) for k in range(n)]
     return agent.generate(reqs)
+
+
+def plain_chat_format(messages: Sequence[Message]) -> str:
+    """Fallback chat format for tokenizers without a chat template."""
+    parts = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+    return "\n".join(parts) + "\nAssistant:"
+
+
+def render_chat(tokenizer: Any, messages: Sequence[Message]) -> str:
+    """The prompt text of a chat: ``tokenizer``'s chat template, or :func:`plain_chat_format`.
+    Every local backend renders through this, so the same chat is the same prompt everywhere."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return plain_chat_format(messages)
+
+
+def token_id_set(*sources: Any) -> set[int]:
+    """The token ids named by ``sources``, each an int, a list/tuple of ints, or ``None`` (e.g. a
+    tokenizer's and a generation config's ``eos_token_id``)."""
+    ids: set[int] = set()
+    for source in sources:
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(int(x) for x in source)
+    return ids

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from agents.base import Agent, Generation, Message, Request, SamplingParams
+from agents.base import Agent, Generation, Message, Request, SamplingParams, render_chat, token_id_set
 from agents.spec_options import split_options
 
 SMALL_MODEL_PARAMETERS = 20_000_000
@@ -121,12 +121,6 @@ def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torc
     return _DTYPES[dtype]
 
 
-def plain_chat_format(messages: Sequence[Message]) -> str:
-    """Fallback chat format for tokenizers without a chat template."""
-    parts = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
-    return "\n".join(parts) + "\nAssistant:"
-
-
 class HFAgent(Agent):
     """A transformers causal LM as an :class:`Agent`.
 
@@ -218,10 +212,8 @@ class HFAgent(Agent):
 
     # ------------------------------------------------------------------ prompts
     def render(self, messages: Sequence[Message]) -> str:
-        """The prompt text of a chat: the tokenizer's chat template, or :func:`plain_chat_format`."""
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        return plain_chat_format(messages)
+        """The prompt text of a chat: the tokenizer's chat template, or :func:`agents.base.plain_chat_format`."""
+        return render_chat(self.tokenizer, messages)
 
     def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
         return list(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
@@ -347,9 +339,9 @@ class HFAgent(Agent):
             if not keep:
                 break
             if 4 * (len(live) - len(keep)) >= len(live):  # a quarter of the cache rows are done: drop them
-                pruned = _select_rows(past, torch.tensor(keep, device=self.device))
+                index = torch.tensor(keep, device=self.device)
+                pruned = _select_rows(past, index)
                 if pruned is not None:
-                    index = torch.tensor(keep, device=self.device)
                     past = pruned
                     attention, positions = attention[index], positions[index]
                     temperature, top_p, chosen = temperature[index], top_p[index], chosen[index]
@@ -369,13 +361,7 @@ class HFAgent(Agent):
 
     # ------------------------------------------------------------------ identity
     def _eos_ids(self) -> set[int]:
-        ids = set()
-        for source in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
-            if isinstance(source, int):
-                ids.add(source)
-            elif isinstance(source, (list, tuple)):
-                ids.update(int(x) for x in source)
-        return ids
+        return token_id_set(self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None))
 
     @property
     def fingerprint(self) -> str:

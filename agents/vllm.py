@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.base import Agent, Generation, Message, Request, SamplingParams
+from agents.base import Agent, Generation, Message, Request, SamplingParams, render_chat, token_id_set
 from agents.spec_options import split_options
 
 INSTALL_HINT = "pip install 'crl-envs[vllm]'"
@@ -154,11 +154,7 @@ class VLLMAgent(Agent):
     # ------------------------------------------------------------------ prompts
     def render(self, messages: Sequence[Message]) -> str:
         """The prompt text of a chat, rendered as :meth:`agents.HFAgent.render` renders it."""
-        from agents.hf import plain_chat_format
-
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        return plain_chat_format(messages)
+        return render_chat(self.tokenizer, messages)
 
     def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
         return list(self.tokenizer.encode(self.render(messages), add_special_tokens=False))
@@ -240,18 +236,11 @@ class VLLMAgent(Agent):
 
     # ------------------------------------------------------------------ identity
     def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        sources = [getattr(self.tokenizer, "eos_token_id", None)]
         try:
-            sources.append(self.llm.llm_engine.model_config.hf_config.eos_token_id)
+            config_eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
         except AttributeError:
-            pass
-        for s in sources:
-            if isinstance(s, int):
-                ids.add(s)
-            elif isinstance(s, (list, tuple)):
-                ids.update(int(x) for x in s)
-        return ids
+            config_eos = None
+        return token_id_set(getattr(self.tokenizer, "eos_token_id", None), config_eos)
 
     @property
     def fingerprint(self) -> str:

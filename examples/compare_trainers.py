@@ -67,19 +67,21 @@ def protocol_settings(protocol: str, args) -> dict:
                          f"(known: {sorted(PROTOCOLS)})")
     spec = PROTOCOLS[protocol]
     options = {k: v.format(learner=args.learner) if isinstance(v, str) else v for k, v in spec["options"].items()}
-    return {"protocol": spec.get("protocol", protocol), "protocol_options": options, "learning_rate": args.lr if args.lr is not None else spec["lr"],
+    return {"protocol": spec.get("protocol", protocol), "protocol_options": options,
+            "learning_rate": args.lr if args.lr is not None else spec["lr"],
             "steps": args.steps or spec["steps"], "questions_per_step": args.questions_per_step, "num_generations": args.G,
             "max_new_tokens": args.max_new_tokens, "learner": args.learner, "n_train": args.n_train,
             "n_eval": args.n_eval, "shapley_coalitions": args.shapley_coalitions}
 
 
-def config_for(name: str, args, seed: int, protocol: str) -> trainers.TrainerConfig:
-    settings = protocol_settings(protocol, args)
-    common = dict(steps=settings["steps"], questions_per_step=args.questions_per_step, num_generations=args.G,
-                  learning_rate=settings["learning_rate"], max_new_tokens=args.max_new_tokens, seed=seed,
-                  progress=False, protocol_options=settings["protocol_options"])
+def config_for(name: str, settings: dict, seed: int) -> trainers.TrainerConfig:
+    """Trainer ``name``'s config from a setup's :func:`protocol_settings`."""
+    common = dict(steps=settings["steps"], questions_per_step=settings["questions_per_step"],
+                  num_generations=settings["num_generations"], learning_rate=settings["learning_rate"],
+                  max_new_tokens=settings["max_new_tokens"], seed=seed, progress=False,
+                  protocol_options=settings["protocol_options"])
     if name == "shapley_credit":
-        return trainers.ShapleyCreditConfig(coalitions_per_question=args.shapley_coalitions, **common)
+        return trainers.ShapleyCreditConfig(coalitions_per_question=settings["shapley_coalitions"], **common)
     return trainers.TRAINERS[name].config_class(**common)
 
 
@@ -156,12 +158,12 @@ def main(argv: list[str] | None = None) -> dict:
     results = json.loads(out.read_text()) if out.exists() else {"runs": {}}
     results["settings"] = vars(args) | {"pool": pool.names}
     stored = results.setdefault("protocol_settings", {})
-    for protocol in args.protocols:  # resuming with other settings would mix incomparable runs
-        settings = protocol_settings(protocol, args)
-        if results["runs"].get(protocol) and stored.get(protocol) != settings:
+    settings = {protocol: protocol_settings(protocol, args) for protocol in args.protocols}
+    for protocol, wanted in settings.items():  # resuming with other settings would mix incomparable runs
+        if results["runs"].get(protocol) and stored.get(protocol) != wanted:
             raise SystemExit(f"{out} holds {protocol} runs made with other settings ({stored.get(protocol)}); "
-                             f"now {settings}. Write to a new --out, or delete {out}.")
-        stored[protocol] = settings
+                             f"now {wanted}. Write to a new --out, or delete {out}.")
+        stored[protocol] = wanted
 
     def save() -> None:
         tmp = out.with_suffix(".tmp")
@@ -175,9 +177,9 @@ def main(argv: list[str] | None = None) -> dict:
         if str(seed) in slot:
             continue
         t0 = time.perf_counter()
-        config = config_for("crl" if name == "untrained" else name, args, seed, protocol)
-        trainer = trainers.TRAINERS["crl" if name == "untrained" else name](
-            protocol_settings(protocol, args)["protocol"], pool, train, learner=args.learner, config=config, eval_task=held_out)
+        algorithm = "crl" if name == "untrained" else name
+        trainer = trainers.TRAINERS[algorithm](settings[protocol]["protocol"], pool, train, learner=args.learner,
+                                               config=config_for(algorithm, settings[protocol], seed), eval_task=held_out)
         if protocol not in baseline_eval:  # greedy evaluation of the untouched model: the same for every run
             baseline_eval[protocol] = trainer.evaluate()
         before = baseline_eval[protocol]

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import agents
-import crl_envs
 import trainers.rollout as rollout_module
 from agents import Request, SamplingParams
 from crl_envs import tasks
@@ -104,7 +103,7 @@ def calls(monkeypatch):
     def spy(protocol, pool, task, **kw):
         episodes = real(protocol, pool, task, **kw)
         seen.append({"coalition": kw.get("coalition"), "samples": kw["samples"], "examples": len(kw["examples"]),
-                     "episodes": len(episodes), "members": [ep.coalition for ep in episodes]})
+                     "episodes": len(episodes), "members": [ep.coalition for ep in episodes], "played": episodes})
         return episodes
 
     monkeypatch.setattr(rollout_module, "run_episodes", spy)
@@ -256,7 +255,7 @@ def test_bad_input_raises_clear_errors(pool, train_task):
 
 # ---------------------------------------------------------------------- end to end on the zoo
 @pytest.mark.slow
-def test_crl_on_the_zoo_end_to_end():
+def test_crl_on_the_zoo_end_to_end(calls):
     """C-RL trains the zoo's weakest model (zoo-rookie) as the judge of the 5-model judge_v0 (48 steps x
     8 questions x G=8, lr 1e-3) and raises the system's accuracy on 400 held-out questions.
 
@@ -274,7 +273,6 @@ def test_crl_on_the_zoo_end_to_end():
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: one thread is several times faster on a busy 2-core CPU
-    coalitions = []
     try:
         pool = agents.pool("zoo")
         learner = pool.ids[agents.zoo.NAMES.index("zoo-rookie")]
@@ -283,30 +281,20 @@ def test_crl_on_the_zoo_end_to_end():
         config = CRLConfig(steps=48, questions_per_step=8, num_generations=8, temperature=1.0, learning_rate=1e-3,
                            max_new_tokens=24, protocol_options={"judge": learner}, progress=False)
         trainer = CRLTrainer("judge", pool, train, learner=learner, config=config, eval_task=held_out)
-        play = trainer.play
-
-        def counting_play(*args, **kwargs):
-            episodes = play(*args, **kwargs)
-            coalitions.extend(tuple(sorted(ep.coalition)) for ep in episodes)
-            return episodes
-
-        def verdicts_naming_a_candidate() -> float:
-            episodes = crl_envs.run_episodes("judge", pool, held_out, policies={learner: trainer.policy},
-                                             options={"judge": learner}, progress=False,
-                                             sampling=SamplingParams(max_new_tokens=24))
-            return float(np.mean([parse_choice(ep.turns_of(learner)[-1].text, len(pool)) is not None
-                                  for ep in episodes]))
-
-        trainer.play = counting_play
-        named_before = verdicts_naming_a_candidate()
         before = trainer.evaluate()
         trainer.fit()
         after = trainer.evaluate()
-        named_after = verdicts_naming_a_candidate()
     finally:
         torch.set_num_threads(threads)
-    assert trainer.rollouts == 48 * 8 * 8 == len(coalitions)
-    assert set(coalitions) == {tuple(sorted(pool.ids))}
+    evaluation_before, *training, evaluation_after = calls  # evaluate() plays the held-out questions once
+
+    def verdicts_naming_a_candidate(evaluation) -> float:
+        return float(np.mean([parse_choice(ep.turns_of(learner)[-1].text, len(pool)) is not None
+                              for ep in evaluation["played"]]))
+
+    named_before, named_after = verdicts_naming_a_candidate(evaluation_before), verdicts_naming_a_candidate(evaluation_after)
+    assert trainer.rollouts == 48 * 8 * 8 == sum(c["episodes"] for c in training)
+    assert all(set(m) == set(pool.ids) for c in training for m in c["members"])
     mean, low, high = paired_bootstrap_ci(before.system, after.system)
     figures = (f"system accuracy {before.system_accuracy:.3f} -> {after.system_accuracy:.3f}, "
                f"Δ {mean:+.3f} [{low:+.3f}, {high:+.3f}]; verdicts naming a candidate {named_before:.2f} -> "
