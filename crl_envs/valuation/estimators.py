@@ -102,7 +102,14 @@ def permutation_weights(perms: np.ndarray) -> tuple[list[int], np.ndarray]:
     ``P`` the players before ``i``. Each distinct coalition appears once in ``masks`` (a coalition
     cache: a prefix shared by many permutations is evaluated once)."""
     perms = np.asarray(perms)
+    if perms.ndim != 2 or perms.shape[0] < 1 or not np.issubdtype(perms.dtype, np.integer):
+        raise ValueError(f"permutation_weights expects a (budget, n) int array of permutations of 0..n-1, "
+                         f"got shape {perms.shape} and dtype {perms.dtype}")
     budget, n = perms.shape
+    bad = np.flatnonzero((np.sort(perms, axis=1) != np.arange(n)).any(axis=1))
+    if bad.size:
+        raise ValueError(f"permutation_weights: row {int(bad[0])} ({perms[bad[0]].tolist()}) is not a permutation of "
+                         f"0..{n - 1} ({bad.size} such rows); draw rows with sample_permutations(n, budget, seed)")
     column: dict[int, int] = {}
     entries: list[tuple[int, int, float]] = []
 
