@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,20 +32,48 @@ class SamplingParams:
 
     ``temperature == 0`` means greedy decoding. ``seed`` makes a sampled generation reproducible
     independently of what else is in the batch (backends that cannot promise this say so).
+
+    ``stop`` is a list/tuple of non-empty strings (OpenAI's and vLLM's ``stop``): generation ends
+    when the answer's text contains one of them, with finish reason ``"stop"``. The answer then
+    ends before the stop string, and its token ids and log-probs end at the same place; see
+    :func:`cut_at_stop` for what happens when a stop string begins inside a token.
     """
 
     temperature: float = 0.0
     top_p: float = 1.0
     max_new_tokens: int = 64
     seed: int | None = None
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        for key, kind, example in (("temperature", numbers.Real, "0.7"), ("top_p", numbers.Real, "0.9"),
+                                   ("max_new_tokens", numbers.Integral, "64"), ("seed", numbers.Integral, "0")):
+            value = getattr(self, key)
+            if value is None and key == "seed":
+                continue
+            if isinstance(value, bool) or not isinstance(value, kind):
+                what = "a number" if kind is numbers.Real else "an int"
+                raise TypeError(f"SamplingParams.{key} must be {what} (e.g. {key}={example}), "
+                                f"got {type(value).__name__} {value!r}")
+            object.__setattr__(self, key, float(value) if kind is numbers.Real else int(value))
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:  # also refuses NaN
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        stop = self.stop
+        if isinstance(stop, str):
+            raise TypeError(f"SamplingParams.stop must be a list or tuple of strings, got the string {stop!r}; "
+                            f"write stop=[{stop!r}]")
+        if not isinstance(stop, (list, tuple)):
+            raise TypeError(f"SamplingParams.stop must be a list or tuple of strings, got {type(stop).__name__}")
+        for s in stop:
+            if not isinstance(s, str):
+                raise TypeError(f"SamplingParams.stop entries must be strings, got {type(s).__name__} {s!r}")
+            if not s:
+                raise ValueError(f"SamplingParams.stop entries must be non-empty strings, got '' in {stop!r}")
+        object.__setattr__(self, "stop", tuple(dict.fromkeys(stop)))
 
     def with_seed(self, seed: int | None) -> SamplingParams:
         return replace(self, seed=seed)
@@ -136,9 +166,57 @@ def sample_n(agent: Agent, request: Request, n: int) -> list[Generation]:
 
 
 def plain_chat_format(messages: Sequence[Message]) -> str:
-    """Fallback chat format for tokenizers without a chat template."""
+    """Fallback chat format for tokenizers without a chat template (``"User: ..."`` turns, one a
+    line, ending with ``"Assistant:"``). Answers in it end at :data:`PLAIN_CHAT_STOP`."""
     parts = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
     return "\n".join(parts) + "\nAssistant:"
+
+
+PLAIN_CHAT_STOP: tuple[str, ...] = ("\nUser:", "\nSystem:", "\nAssistant:")
+"""The stop strings of :func:`plain_chat_format`: the start of the next turn. A base model (no chat
+template, e.g. Gemma-3-270m) otherwise writes the next "User:" turn itself until max_new_tokens."""
+
+
+def default_stop(tokenizer: Any) -> tuple[str, ...]:
+    """Stop strings a backend adds to every request for ``tokenizer``: :data:`PLAIN_CHAT_STOP` when
+    prompts are rendered with :func:`plain_chat_format` (no chat template), else none (a chat
+    template's end-of-turn token is an eos token)."""
+    return () if getattr(tokenizer, "chat_template", None) else PLAIN_CHAT_STOP
+
+
+def find_stop(text: str, stops: Sequence[str], start: int = 0) -> int:
+    """The index in ``text`` where the earliest stop string begins (searching from ``start``), or -1."""
+    found = [i for i in (text.find(s, start) for s in stops) if i >= 0]
+    return min(found) if found else -1
+
+
+def cut_at_stop(decode: Any, token_ids: Sequence[int], stops: Sequence[str]) -> tuple[int, str] | None:
+    """Where a stop string cuts a generated answer: ``(kept, text)`` or None when no stop occurs.
+
+    ``decode(ids) -> str`` decodes token ids (as the answer's text is decoded). With ``p`` the index
+    where the earliest stop string begins in ``decode(token_ids)``, the answer keeps the longest
+    prefix ``token_ids[:kept]`` whose text ends at or before ``p``, and ``text = decode(token_ids[:kept])``.
+    So the text, the token ids and the log-probs end at the same place: the token in which the stop
+    string begins is dropped with everything after it. When a stop string begins inside a token
+    (``"4.\nUser:"`` with ``".\n"`` one token), that token's characters before the stop (``"."``)
+    are dropped too: the text is always exactly the decoded kept tokens, which is what trainers score.
+    """
+    full = decode(list(token_ids))
+    p = find_stop(full, stops)
+    if p < 0:
+        return None
+    for kept in range(len(token_ids), -1, -1):
+        text = decode(list(token_ids[:kept]))
+        if len(text) <= p and full.startswith(text):
+            return kept, text
+    return 0, ""
+
+
+def truncate_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    """``text`` cut before its earliest stop string, and whether one occurred (for backends that
+    return text only: scripted agents, servers that ignore ``stop``)."""
+    p = find_stop(text, stops)
+    return (text, False) if p < 0 else (text[:p], True)
 
 
 def render_chat(tokenizer: Any, messages: Sequence[Message]) -> str:

@@ -23,7 +23,18 @@ from typing import Any
 
 import torch
 
-from agents.base import Agent, Generation, Message, Request, SamplingParams, render_chat, token_id_set
+from agents.base import (
+    Agent,
+    Generation,
+    Message,
+    Request,
+    SamplingParams,
+    cut_at_stop,
+    default_stop,
+    find_stop,
+    render_chat,
+    token_id_set,
+)
 from agents.spec_options import split_options
 
 SMALL_MODEL_PARAMETERS = 20_000_000
@@ -218,6 +229,10 @@ class HFAgent(Agent):
     def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
         return list(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
 
+    def decode_text(self, token_ids: Sequence[int]) -> str:
+        """The text of generated tokens (special tokens skipped), as answers and stop checks read it."""
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
     # ------------------------------------------------------------------ generation
     def _generate(self, requests: list[Request]) -> list[Generation]:
         with cpu_threads(self.num_threads):
@@ -268,7 +283,7 @@ class HFAgent(Agent):
             per_request = (time.perf_counter() - t0) / len(chunk)
             for i, (tokens, logprobs, reason) in zip(chunk, outs):
                 results[i] = Generation(
-                    text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+                    text=self.decode_text(tokens),
                     token_ids=tokens,
                     logprobs=logprobs,
                     finish_reason=reason,
@@ -310,6 +325,10 @@ class HFAgent(Agent):
         ]
         room = self.context_length or 2**62  # answers stop ("length") where the context ends
         limits = [min(p.max_new_tokens, room - len(prompt)) for p, prompt in zip(params, prompts)]
+        fallback_stop = default_stop(self.tokenizer)
+        stops = [tuple(dict.fromkeys(p.stop + fallback_stop)) for p in params]
+        longest_stop = [max((len(s) for s in st), default=0) for st in stops]
+        searched = [0] * batch  # how much of each row's text is known to hold no stop string
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         reasons = ["length"] * batch
@@ -333,12 +352,22 @@ class HFAgent(Agent):
                     continue
                 tokens[r].append(tok)
                 logprobs[r].append(lp)
+                if stops[r]:
+                    text = self.decode_text(tokens[r])
+                    if find_stop(text, stops[r], max(0, searched[r] - longest_stop[r] - 8)) >= 0:
+                        finished[r], reasons[r] = True, "stop"
+                        continue
+                    searched[r] = len(text)
                 if len(tokens[r]) >= limits[r]:
                     finished[r] = True
             keep = [j for j, r in enumerate(live) if not finished[r]]
             if not keep:
                 break
-            if 4 * (len(live) - len(keep)) >= len(live):  # a quarter of the cache rows are done: drop them
+            # Drop finished rows once they are a quarter of the cache, and always before a finished
+            # row would step past the model's context (its positions keep growing while it stays).
+            done = torch.tensor([finished[r] for r in live], device=self.device)
+            at_context_end = bool((done & (positions[:, -1] + 1 >= room)).any())
+            if at_context_end or 4 * (len(live) - len(keep)) >= len(live):
                 index = torch.tensor(keep, device=self.device)
                 pruned = _select_rows(past, index)
                 if pruned is not None:
@@ -347,7 +376,8 @@ class HFAgent(Agent):
                     temperature, top_p, chosen = temperature[index], top_p[index], chosen[index]
                     live = [live[j] for j in keep]
             attention = torch.cat([attention, attention.new_ones((len(live), 1))], dim=1)
-            positions = positions[:, -1:] + 1
+            # finished rows that could not be dropped are fed a position inside the context (ignored)
+            positions = (positions[:, -1:] + 1).clamp(max=room - 1)
             out = self.model(
                 input_ids=chosen[:, None].to(self.device),
                 attention_mask=attention,
@@ -357,6 +387,11 @@ class HFAgent(Agent):
             )
             past = _cache_of(out)
             logits = out.logits[:, -1, :].float()
+        for r in range(batch):
+            if reasons[r] == "stop" and stops[r]:
+                cut = cut_at_stop(self.decode_text, tokens[r], stops[r])
+                if cut is not None:
+                    tokens[r], logprobs[r] = tokens[r][: cut[0]], logprobs[r][: cut[0]]
         return [(tokens[r], logprobs[r], reasons[r]) for r in range(batch)]
 
     # ------------------------------------------------------------------ identity

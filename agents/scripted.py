@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agents.base import Agent, Generation, Message, Request, stable_hash
+from agents.base import Agent, Generation, Message, Request, stable_hash, truncate_at_stop
 
 Respond = Callable[[Any, list[Message]], str]
 
@@ -37,10 +37,12 @@ class ScriptedAgent(Agent):
             text = self._respond(r)
             if not isinstance(text, str):
                 raise TypeError(f"ScriptedAgent {self.name!r}: respond returned {type(text).__name__}, expected str")
+            text, _ = truncate_at_stop(text, r.sampling.stop)  # stop sequences, as every backend
             prompt_tokens = sum(len(m["content"].split()) for m in r.messages)
             out.append(
                 Generation(
                     text=text,
+                    finish_reason="stop",  # a scripted answer is complete (stopped or not)
                     prompt_tokens=prompt_tokens,
                     completion_tokens=len(text.split()),
                     seconds=time.perf_counter() - t0,

@@ -19,7 +19,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.base import Agent, Generation, Message, Request, SamplingParams, render_chat, token_id_set
+from agents.base import (
+    Agent,
+    Generation,
+    Message,
+    Request,
+    SamplingParams,
+    cut_at_stop,
+    default_stop,
+    render_chat,
+    token_id_set,
+)
 from agents.spec_options import split_options
 
 INSTALL_HINT = "pip install 'crl-envs[vllm]'"
@@ -37,9 +47,10 @@ def import_vllm() -> Any:
     return vllm
 
 
-def vllm_sampling_kwargs(params: SamplingParams, logprobs: bool = True) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.SamplingParams`` for one request (one sample, its own seed)."""
-    return {
+def vllm_sampling_kwargs(params: SamplingParams, logprobs: bool = True, stop: Sequence[str] = ()) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.SamplingParams`` for one request (one sample, its own seed);
+    ``stop`` adds stop strings to the request's own (a plain-format model's turn markers)."""
+    kwargs: dict[str, Any] = {
         "n": 1,
         "temperature": float(params.temperature),
         "top_p": float(params.top_p),
@@ -47,6 +58,10 @@ def vllm_sampling_kwargs(params: SamplingParams, logprobs: bool = True) -> dict[
         "seed": None if params.seed is None else int(params.seed) % (2**63),
         "logprobs": 0 if logprobs else None,
     }
+    stops = list(dict.fromkeys((*params.stop, *stop)))
+    if stops:
+        kwargs["stop"] = stops
+    return kwargs
 
 
 _SPEC_OPTIONS: dict[str, type | tuple[type, ...]] = {
@@ -159,10 +174,16 @@ class VLLMAgent(Agent):
     def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
         return list(self.tokenizer.encode(self.render(messages), add_special_tokens=False))
 
+    def decode_text(self, token_ids: Sequence[int]) -> str:
+        """The text of generated tokens (special tokens skipped), as :meth:`agents.HFAgent.decode_text`."""
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
     # ------------------------------------------------------------------ generation
     def _generate(self, requests: list[Request]) -> list[Generation]:
         prompt_ids = [self.encode_prompt(r.messages) for r in requests]
-        params = [self._vllm.SamplingParams(**vllm_sampling_kwargs(r.sampling, self.logprobs)) for r in requests]
+        fallback_stop = default_stop(self.tokenizer)
+        params = [self._vllm.SamplingParams(**vllm_sampling_kwargs(r.sampling, self.logprobs, fallback_stop))
+                  for r in requests]
         extra = {"lora_request": self.lora_request} if self.lora_request is not None else {}
         t0 = time.perf_counter()
         outputs = self.llm.generate(
@@ -183,9 +204,18 @@ class VLLMAgent(Agent):
             if completion.finish_reason == "stop" and tokens and tokens[-1] in self.eos_ids:
                 tokens = tokens[:-1]  # like HFAgent: the end-of-sequence token is not part of the answer
                 logprobs = logprobs[:-1] if logprobs is not None else None
+            text = completion.text
+            stops = (*request.sampling.stop, *fallback_stop)
+            if completion.finish_reason == "stop" and isinstance(getattr(completion, "stop_reason", None), str):
+                # vLLM cuts the text at the stop string but keeps the tokens that wrote it: cut the
+                # ids and log-probs where HFAgent does (agents.base.cut_at_stop), text = their decode
+                cut = cut_at_stop(self.decode_text, tokens, stops)
+                if cut is not None:
+                    tokens, text = tokens[: cut[0]], cut[1]
+                    logprobs = logprobs[: cut[0]] if logprobs is not None else None
             results.append(
                 Generation(
-                    text=completion.text,
+                    text=text,
                     token_ids=tokens,
                     logprobs=logprobs,
                     finish_reason=completion.finish_reason,
