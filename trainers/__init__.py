@@ -6,10 +6,22 @@
 - Plug-in points: :func:`register_advantage`, :func:`register_loss`, or subclass
   :class:`PolicyGradientTrainer` and override ``collect``.
 - :mod:`trainers.sb3` — discrete roles (a router) with stable-baselines3.
+- :mod:`trainers.trl` — C-RL at scale on TRL's ``GRPOTrainer`` (a rollout function; extra ``crl-envs[trl]``).
+- :func:`compare` — before/after evaluations -> Δ accuracy with paired bootstrap CIs, printed in points.
 """
 
 from trainers.advantages import ADVANTAGES, compute_advantages, register_advantage
-from trainers.base import EvalResult, PolicyGradientTrainer, RolloutBatch, Trainer, paired_bootstrap_ci
+from trainers.base import (
+    EvalResult,
+    Improvement,
+    PairedCI,
+    PolicyGradientTrainer,
+    RolloutBatch,
+    Trainer,
+    compare,
+    evaluate_policy,
+    paired_bootstrap_ci,
+)
 from trainers.baselines import GRPOTrainer, LOORewardTrainer, ShapleyCreditTrainer, shapley_weight
 from trainers.config import (
     CRLConfig,
@@ -27,7 +39,7 @@ TRAINERS = {"crl": CRLTrainer, "grpo": GRPOTrainer, "loo_reward": LOORewardTrain
 
 __all__ = [
     "ADVANTAGES", "compute_advantages", "register_advantage", "EvalResult", "PolicyGradientTrainer", "RolloutBatch",
-    "Trainer", "paired_bootstrap_ci", "GRPOTrainer", "LOORewardTrainer", "ShapleyCreditTrainer", "shapley_weight",
+    "Trainer", "paired_bootstrap_ci", "PairedCI", "Improvement", "compare", "evaluate_policy", "GRPOTrainer", "LOORewardTrainer", "ShapleyCreditTrainer", "shapley_weight",
     "CRLConfig", "GRPOConfig", "LoraSettings", "LOORewardConfig", "ShapleyCreditConfig", "TrainerConfig",
     "CRLTrainer", "LOSSES", "LossInputs", "clipped_token_loss", "register_loss", "LearnerSequence",
     "learner_sequences", "rollout_episodes", "token_logprobs", "TRAINERS",

@@ -77,16 +77,108 @@ class EvalResult:
         return {"system": self.system_accuracy, "standalone": self.standalone_accuracy, "n": len(self.example_ids)}
 
 
+class PairedCI(tuple):
+    """``(delta, low, high)``: mean of ``after - before`` and its bootstrap CI, as fractions; unpacks as a
+    3-tuple. ``str()`` reads in points: ``+15.3 points, 95% CI [+11.5, +19.0] (400 questions)``."""
+
+    def __new__(cls, delta: float, low: float, high: float, *, level: float = 0.95, n: int = 0):
+        obj = super().__new__(cls, (float(delta), float(low), float(high)))
+        obj.level, obj.n = level, n
+        return obj
+
+    delta = property(lambda self: self[0])
+    low = property(lambda self: self[1])
+    high = property(lambda self: self[2])
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def __str__(self) -> str:
+        return (f"{100 * self.delta:+.1f} points, {100 * self.level:g}% CI [{100 * self.low:+.1f}, "
+                f"{100 * self.high:+.1f}] ({self.n} questions)")
+
+    def __repr__(self) -> str:
+        return f"PairedCI(delta={self.delta:.4f}, low={self.low:.4f}, high={self.high:.4f}, level={self.level}, n={self.n})"
+
+
 def paired_bootstrap_ci(before: Sequence[float], after: Sequence[float], *, n_boot: int = 10_000, seed: int = 0,
-                        level: float = 0.95) -> tuple[float, float, float]:
-    """Mean of ``after - before`` over questions and its percentile bootstrap CI (questions resampled)."""
-    diff = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
-    if diff.ndim != 1 or diff.size == 0:
-        raise ValueError("before and after must be equal-length non-empty per-question score vectors")
+                        level: float = 0.95) -> PairedCI:
+    """Mean of ``after - before`` over questions and its percentile bootstrap CI (questions resampled).
+
+    ``before[q]`` and ``after[q]`` must score the same question ``q``: equal-length 1-D vectors."""
+    before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if before.ndim != 1 or after.ndim != 1 or before.size == 0 or before.size != after.size:
+        raise ValueError(
+            f"paired_bootstrap_ci needs two equal-length, non-empty per-question score vectors (question q in both); "
+            f"got shapes {before.shape} and {after.shape}: evaluate both on the same questions"
+        )
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1) (0.95 for a 95% CI), got {level!r}")
+    diff = after - before
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, diff.size, size=(n_boot, diff.size))].mean(axis=1)
     alpha = (1 - level) / 2
-    return float(diff.mean()), float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+    return PairedCI(diff.mean(), np.quantile(means, alpha), np.quantile(means, 1 - alpha), level=level, n=diff.size)
+
+
+@dataclass
+class Improvement:
+    """What training changed, on the same held-out questions: system and learner-alone accuracy before and
+    after, each change with a paired bootstrap CI. ``print()`` it for a two-line summary in points."""
+
+    before: EvalResult
+    after: EvalResult
+    system: PairedCI
+    standalone: PairedCI
+
+    def __str__(self) -> str:
+        b, a = self.before, self.after
+        return (f"system accuracy   {b.system_accuracy:.3f} -> {a.system_accuracy:.3f}: {self.system}\n"
+                f"learner alone     {b.standalone_accuracy:.3f} -> {a.standalone_accuracy:.3f}: {self.standalone}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"before": self.before.to_dict(), "after": self.after.to_dict(),
+                "system_delta": list(self.system), "standalone_delta": list(self.standalone)}
+
+
+def compare(before: EvalResult, after: EvalResult, *, level: float = 0.95, seed: int = 0) -> Improvement:
+    """The change from ``before`` to ``after`` (two :meth:`PolicyGradientTrainer.evaluate` results on the
+    same questions), with paired bootstrap CIs over questions."""
+    if before.example_ids != after.example_ids:
+        raise ValueError("compare() needs both evaluations on the same questions in the same order; "
+                         "evaluate before and after training on the same eval_task")
+    return Improvement(before, after, paired_bootstrap_ci(before.system, after.system, level=level, seed=seed),
+                       paired_bootstrap_ci(before.standalone, after.standalone, level=level, seed=seed))
+
+
+def evaluate_policy(protocol: Any, pool: Pool, task: Task, learner: str, policy: Agent, *, max_new_tokens: int,
+                    protocol_options: dict[str, Any] | None = None, seed: int = 0) -> EvalResult:
+    """System and standalone accuracy of ``policy`` playing ``learner`` on ``task`` (greedy, every agent).
+
+    Standalone scores come from ``Episode.standalone`` where the protocol defines them, else from the
+    learner answering alone (``vote_v0`` with the learner as the only member). Shared by every trainer,
+    ours and TRL's (:mod:`trainers.trl`)."""
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    ids = [ex.id for ex in task]
+    kwargs = dict(learner_sampling=greedy, partner_sampling=greedy, examples=ids, samples=1, seed=seed)
+    episodes = rollout_episodes(protocol, pool, task, learner, policy, options=protocol_options, **kwargs)
+    system = np.array([ep.score for ep in episodes])
+    if all(learner in ep.standalone for ep in episodes):
+        standalone = np.array([ep.standalone[learner] for ep in episodes])
+    else:
+        alone = rollout_episodes("vote", pool, task, learner, policy, coalition=[learner], **kwargs)
+        standalone = np.array([ep.score for ep in alone])
+    return EvalResult(ids, system, standalone)
+
+
+#: Config fields that do not change what training computes: a checkpoint written under other values resumes.
+RESUMABLE_FIELDS = frozenset({"steps", "output_dir", "save_steps", "tensorboard", "progress"})
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples become lists, paths and other objects strings)."""
+    return json.loads(json.dumps(value, default=str))
 
 
 class PolicyGradientTrainer(abc.ABC):
@@ -306,11 +398,18 @@ class PolicyGradientTrainer(abc.ABC):
 
     # ------------------------------------------------------------------ fit / evaluate
     def fit(self, steps: int | None = None, *, resume: bool = True) -> list[dict[str, Any]]:
-        """Train until ``steps`` (default ``config.steps``) optimizer steps are done, resuming from the
-        latest checkpoint in ``config.output_dir`` when there is one. Returns every step's metrics."""
+        """Train until ``steps`` (default ``config.steps``) optimizer steps are done. Returns every step's metrics.
+
+        With ``resume`` (default), the latest checkpoint in ``config.output_dir`` is restored first, and only
+        when it was written with the same trainer, learner, protocol, task, pool and config (``steps``,
+        ``save_steps``, ``output_dir``, ``tensorboard`` and ``progress`` may differ); one line says so.
+        Different settings raise. ``resume=False`` starts over and deletes the run's old checkpoints and
+        metrics in ``output_dir``."""
         steps = self.config.steps if steps is None else steps
         if resume:
             self.load_checkpoint()
+        else:
+            self._clear_output_dir()
         bar = tqdm(total=steps, initial=min(self.step, steps), desc=f"{type(self).__name__}",
                    disable=not self.config.progress)
         while self.step < steps:
@@ -327,25 +426,14 @@ class PolicyGradientTrainer(abc.ABC):
         return self.history
 
     def evaluate(self, task: Task | str | None = None) -> EvalResult:
-        """System and standalone accuracy of the current policy on held-out questions (greedy).
-
-        Standalone scores come from ``Episode.standalone`` where the protocol defines them, else from
-        the learner answering alone (``vote_v0`` with the learner as the only member)."""
+        """System and standalone accuracy of the current policy on held-out questions (greedy); see
+        :func:`evaluate_policy`."""
         task = task_registry.load(task) if isinstance(task, str) else (task or self.eval_task)
         if task is None:
             raise ValueError("evaluate() needs held-out questions: pass task= or give the trainer eval_task=")
-        ids = [ex.id for ex in task]
-        kwargs = dict(learner_sampling=self.eval_sampling, partner_sampling=self.eval_sampling,
-                      examples=ids, samples=1, seed=self.config.seed)
-        episodes = rollout_episodes(self.protocol, self.pool, task, self.learner, self.policy,
-                           options=self.config.protocol_options, **kwargs)
-        system = np.array([ep.score for ep in episodes])
-        if all(self.learner in ep.standalone for ep in episodes):
-            standalone = np.array([ep.standalone[self.learner] for ep in episodes])
-        else:
-            alone = rollout_episodes("vote", self.pool, task, self.learner, self.policy, coalition=[self.learner], **kwargs)
-            standalone = np.array([ep.score for ep in alone])
-        return EvalResult(ids, system, standalone)
+        return evaluate_policy(self.protocol, self.pool, task, self.learner, self.policy,
+                               max_new_tokens=self.config.max_new_tokens,
+                               protocol_options=self.config.protocol_options, seed=self.config.seed)
 
     # ------------------------------------------------------------------ LoRA
     def _apply_lora(self) -> None:
@@ -392,8 +480,8 @@ class PolicyGradientTrainer(abc.ABC):
         torch.save(self.trainable_state(), tmp / "trainable.pt")
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
-        state = {"step": self.step, "rollouts": self.rollouts, "config": self.config.to_dict(),
-                 "trainer": type(self).__name__, "learner": self.learner}
+        state = {"step": self.step, "rollouts": self.rollouts, "config": _jsonable(self.config.to_dict()),
+                 "trainer": type(self).__name__, "learner": self.learner, "setup": self.setup()}
         (tmp / "state.json").write_text(json.dumps(state, indent=1, default=str))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -405,12 +493,42 @@ class PolicyGradientTrainer(abc.ABC):
         found = sorted(p for p in Path(self.config.output_dir).glob("checkpoint-*") if (p / "state.json").exists())
         return found[-1] if found else None
 
-    def load_checkpoint(self, path: str | Path | None = None) -> bool:
-        """Restore the latest (or the given) checkpoint; drop metrics logged after it. False if none."""
+    def setup(self) -> dict[str, Any]:
+        """What, besides the config, a checkpoint must share with this trainer to resume it."""
+        return {"trainer": type(self).__name__, "learner": self.learner,
+                "protocol": getattr(self.protocol, "__name__", str(self.protocol)),
+                "task": {"name": self.task.name, "n": len(self.task),
+                         "ids": stable_hash(*[ex.id for ex in self.task]) % (2**61)},
+                "pool": [self.pool[a].name for a in self.pool.ids]}
+
+    def checkpoint_differences(self, state: dict[str, Any]) -> list[str]:
+        """``field: saved -> current`` for every setting where the checkpoint's ``state`` differs from this trainer."""
+        saved_cfg = {k: v for k, v in state.get("config", {}).items() if k not in RESUMABLE_FIELDS}
+        current_cfg = {k: v for k, v in _jsonable(self.config.to_dict()).items() if k not in RESUMABLE_FIELDS}
+        saved = {**{f"config.{k}": v for k, v in saved_cfg.items()}, **state.get("setup", {})}
+        current = {**{f"config.{k}": v for k, v in current_cfg.items()},
+                   **{k: v for k, v in _jsonable(self.setup()).items() if k in state.get("setup", {})}}
+        if "setup" not in state:  # written before setups were stored: the trainer and learner were
+            saved.update(trainer=state.get("trainer"), learner=state.get("learner"))
+            current.update(trainer=type(self).__name__, learner=self.learner)
+        return [f"{k}: {saved.get(k, '<unset>')!r} -> {current.get(k, '<unset>')!r}"
+                for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
+
+    def load_checkpoint(self, path: str | Path | None = None, *, strict: bool = True) -> bool:
+        """Restore the latest (or the given) checkpoint; drop metrics logged after it. False if none.
+
+        With ``strict`` (default) a checkpoint written with other settings (see :meth:`fit`) raises
+        instead; ``strict=False`` loads it anyway (e.g. to continue with a new learning rate)."""
         path = Path(path) if path is not None else self.latest_checkpoint()
         if path is None:
             return False
         state = json.loads((path / "state.json").read_text())
+        differences = self.checkpoint_differences(state)
+        if differences and strict:
+            raise ValueError(
+                f"{path} was written with other settings ({'; '.join(differences)}); use a new output_dir, "
+                "or fit(resume=False) to start over there, or load_checkpoint(strict=False) to continue from it anyway"
+            )
         weights = torch.load(path / "trainable.pt", map_location=self.device)
         missing = set(self.trainable_state()) - set(weights)
         if missing:
@@ -425,7 +543,24 @@ class PolicyGradientTrainer(abc.ABC):
             kept = [line for line in log.read_text().splitlines() if line and json.loads(line)["step"] <= self.step]
             log.write_text("".join(line + "\n" for line in kept))
             self.history = [json.loads(line) for line in kept]
+        note = f"; settings differ ({'; '.join(differences)})" if differences else "; same settings"
+        print(f"{type(self).__name__}: resumed from {path} at step {self.step}{note}")
         return True
+
+    def _clear_output_dir(self) -> None:
+        """``fit(resume=False)``: remove this run's checkpoints, metrics and TensorBoard events."""
+        if not self.config.output_dir or not Path(self.config.output_dir).is_dir():
+            return
+        root = Path(self.config.output_dir)
+        old = sorted(root.glob("checkpoint-*")) + sorted(root.glob(".tmp-checkpoint-*"))
+        for p in old:
+            shutil.rmtree(p, ignore_errors=True)
+        (root / "metrics.jsonl").unlink(missing_ok=True)
+        if self._writer is None:
+            shutil.rmtree(root / "tensorboard", ignore_errors=True)
+        if old:
+            print(f"{type(self).__name__}: starting over in {root} (resume=False): removed {len(old)} old checkpoint(s)")
+        self.history = []
 
     def save_model(self, path: str | Path) -> Path:
         """The trained policy with ``save_pretrained`` (the adapter only, with LoRA) and its tokenizer."""

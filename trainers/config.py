@@ -6,8 +6,42 @@ Names follow TRL's ``GRPOConfig`` where a user would look for them (``num_genera
 
 from __future__ import annotations
 
+import math
+import numbers
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+#: Built-in advantage estimators that compare a rollout with its group (they need G >= 2).
+GROUP_ESTIMATORS = frozenset({"group_mean", "group_mean_std", "rloo", "shapley_credit"})
+
+
+def _type_error(owner: str, name: str, value: Any, kind: str) -> TypeError:
+    hint = f"; write {value} without quotes" if isinstance(value, str) else ""
+    return TypeError(f"{owner}.{name} must be {kind}, got the {type(value).__name__} {value!r}{hint}")
+
+
+def _check_int(owner: str, name: str, value: Any, *, low: int) -> None:
+    """``value`` is an int (not a bool, not a str) >= ``low``, or a one-line error names the field."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _type_error(owner, name, value, "an int")
+    if value < low:
+        raise ValueError(f"{owner}.{name} must be an int >= {low}, got {value!r}")
+
+
+def _check_number(owner: str, name: str, value: Any, *, low: float | None = None, high: float | None = None,
+                  low_open: bool = False, high_open: bool = False, why: str = "") -> None:
+    """``value`` is a finite real number in the given range, or a one-line error names the field and the range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _type_error(owner, name, value, "a number")
+    left = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
+    right = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
+    bad = not math.isfinite(value)
+    bad |= low is not None and (value <= low if low_open else value < low)
+    bad |= high is not None and (value >= high if high_open else value > high)
+    if bad:
+        rng = " and ".join(x for x in (left, right) if x)
+        raise ValueError(f"{owner}.{name} must be {rng}, got {value!r}" + (f" ({why})" if why else ""))
 
 
 @dataclass
@@ -19,6 +53,15 @@ class LoraSettings:
     alpha: int = 16
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["c_attn"])
+
+    def __post_init__(self) -> None:
+        _check_int("LoraSettings", "r", self.r, low=1)
+        _check_number("LoraSettings", "alpha", self.alpha, low=0, low_open=True)
+        _check_number("LoraSettings", "dropout", self.dropout, low=0, high=1, high_open=True)
+        if isinstance(self.target_modules, str) or not self.target_modules or not all(
+                isinstance(m, str) for m in self.target_modules):
+            raise TypeError(f"LoraSettings.target_modules must be a non-empty list of module names (str), "
+                            f"got {self.target_modules!r}")
 
 
 @dataclass
@@ -76,25 +119,45 @@ class TrainerConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        positive = ("steps", "questions_per_step", "num_generations", "max_new_tokens", "num_iterations",
-                    "gradient_accumulation_steps", "save_steps")
-        for name in positive:
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{type(self).__name__}.{name} must be an int >= 1, got {value!r}")
-        if self.temperature <= 0:
+        name = type(self).__name__
+        for field_name in ("steps", "questions_per_step", "num_generations", "max_new_tokens", "num_iterations",
+                           "gradient_accumulation_steps", "save_steps"):
+            _check_int(name, field_name, getattr(self, field_name), low=1)
+        _check_int(name, "seed", self.seed, low=0)
+        _check_number(name, "temperature", self.temperature, low=0, low_open=True,
+                      why="greedy rollouts have no exploration and no valid log-probs to correct")
+        _check_number(name, "top_p", self.top_p, low=0, high=1, low_open=True)
+        _check_number(name, "partner_temperature", self.partner_temperature, low=0)
+        _check_number(name, "learning_rate", self.learning_rate, low=0, low_open=True)
+        _check_number(name, "weight_decay", self.weight_decay, low=0)
+        _check_number(name, "max_grad_norm", self.max_grad_norm, low=0, low_open=True)
+        _check_number(name, "epsilon", self.epsilon, low=0, high=1, low_open=True, high_open=True)
+        if self.epsilon_high is not None:
+            _check_number(name, "epsilon_high", self.epsilon_high, low=0, low_open=True,
+                          why="the clip range is [1 - epsilon, 1 + epsilon_high]; epsilon_high <= 0 removes the "
+                              "gradient of every positive advantage (None: epsilon_high = epsilon)")
+        _check_number(name, "beta", self.beta, low=0)
+        for field_name in ("advantage", "loss_type"):
+            if not isinstance(getattr(self, field_name), str):
+                raise TypeError(f"{name}.{field_name} must be a registered name (a str), got {getattr(self, field_name)!r}")
+        if self.num_generations < 2 and self.advantage in GROUP_ESTIMATORS:
             raise ValueError(
-                f"temperature must be > 0 for policy-gradient training (got {self.temperature}); "
-                "greedy rollouts have no exploration and no valid log-probs to correct"
+                f"{name}.num_generations={self.num_generations} with advantage={self.advantage!r}: a group baseline "
+                "needs at least 2 rollouts per question (with 1 every advantage is 0, or NaN with the std); "
+                "set num_generations >= 2 (TRL requires it too)"
             )
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.beta < 0:
-            raise ValueError(f"beta must be >= 0, got {self.beta}")
-        if not 0 < self.epsilon < 1:
-            raise ValueError(f"epsilon must be in (0, 1), got {self.epsilon}")
+        if not isinstance(self.protocol_options, dict):
+            raise TypeError(f"{name}.protocol_options must be a dict of the protocol's keyword arguments, "
+                            f"got {type(self.protocol_options).__name__}")
+        if self.output_dir is not None and not isinstance(self.output_dir, (str, os.PathLike)):
+            raise TypeError(f"{name}.output_dir must be a path (str) or None, got {self.output_dir!r}")
+        for field_name in ("tensorboard", "progress"):
+            if not isinstance(getattr(self, field_name), bool):
+                raise TypeError(f"{name}.{field_name} must be True or False, got {getattr(self, field_name)!r}")
         if isinstance(self.lora, dict):
             self.lora = LoraSettings(**self.lora)
+        if self.lora is not None and not isinstance(self.lora, LoraSettings):
+            raise TypeError(f"{name}.lora must be a LoraSettings (or a dict of its fields) or None, got {self.lora!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,8 +187,7 @@ class LOORewardConfig(TrainerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.counterfactual_samples < 1:
-            raise ValueError(f"counterfactual_samples must be >= 1, got {self.counterfactual_samples}")
+        _check_int(type(self).__name__, "counterfactual_samples", self.counterfactual_samples, low=1)
 
 
 @dataclass
@@ -139,5 +201,5 @@ class ShapleyCreditConfig(TrainerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.coalitions_per_question is not None and self.coalitions_per_question < 1:
-            raise ValueError(f"coalitions_per_question must be >= 1 or None, got {self.coalitions_per_question}")
+        if self.coalitions_per_question is not None:
+            _check_int(type(self).__name__, "coalitions_per_question", self.coalitions_per_question, low=1)
