@@ -170,6 +170,11 @@ class HFAgent(Agent):
         dtype = resolve_dtype(dtype, device)
         if isinstance(model, (str, Path)):
             source = str(model)
+            if not Path(source).exists():  # a hub id: fail in a second when the hub is unreachable
+                from agents.hub import require_hub
+
+                require_hub(f"HFAgent({source!r})", "pass a local model directory written by save_pretrained "
+                            "(e.g. 'hf:/path/to/model')")
             try:
                 loaded = AutoModelForCausalLM.from_pretrained(
                     source, dtype=dtype or torch.float32, trust_remote_code=trust_remote_code

@@ -32,7 +32,9 @@ class GSM8KTask(NumericTask):
                 raise FileNotFoundError(f"gsm8k: no such file {path!r} (expected a JSONL with question/answer fields)")
             rows = datasets.load_dataset("json", data_files=str(path), split="train")
         else:
-            rows = datasets.load_dataset(HUB_ID, "main", split=split)
+            from crl_envs.tasks.hub import load_hub_dataset
+
+            rows = load_hub_dataset(self.name, HUB_ID, "main", split, ("question", "answer"))
         missing = {"question", "answer"} - set(rows.column_names)
         if missing:
             raise ValueError(f"gsm8k data lacks fields {sorted(missing)}; got {rows.column_names}")

@@ -39,11 +39,31 @@ def load_rows(
         kwargs = {"delimiter": "\t"} if ext == ".tsv" else {}
         data = datasets.load_dataset(_BUILDERS[ext], data_files=files, split="train", **kwargs)
     else:
-        data = datasets.load_dataset(hub_id, config, split=split)
+        data = load_hub_dataset(task, hub_id, config, split, required)
     missing = set(required) - set(data.column_names)
     if missing:
         raise ValueError(f"{task} data lacks fields {sorted(missing)}; got {data.column_names}")
     return list(data)
+
+
+def load_hub_dataset(task: str, hub_id: str, config: str | None, split: str, required: Sequence[str]):
+    """``datasets.load_dataset(hub_id, config, split=split)``, failing in about a second, with the fix
+    (``path=`` a local copy) named, when the hub is unreachable or ``HF_HUB_OFFLINE`` is set and the
+    dataset is not cached."""
+    import datasets
+
+    from agents.hub import hub_offline, offline_miss, require_hub
+
+    fix = (f"pass path= a local copy of {hub_id!r} (JSON/JSONL/Parquet/CSV with fields {list(required)}), "
+           f"e.g. tasks.load({task!r}, path='test.jsonl') or on the command line --task-option path=test.jsonl")
+    what = f"task {task!r} (hub dataset {hub_id!r})"
+    require_hub(what, fix)
+    try:
+        return datasets.load_dataset(hub_id, config, split=split)
+    except (ConnectionError, FileNotFoundError) as e:
+        if hub_offline():
+            raise offline_miss(what, fix, e) from e
+        raise
 
 
 def subsample(examples: list[Example], n: int | None, seed: int) -> list[Example]:
