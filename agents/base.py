@@ -124,6 +124,9 @@ class Agent(abc.ABC):
     """
 
     name: str = "agent"
+    #: The spec string this agent was built from (set by :func:`agents.from_spec`), so that other
+    #: processes (e.g. Ray workers in valuation) can rebuild it instead of receiving its weights.
+    spec: str | None = None
 
     def generate(self, requests: Sequence[Request]) -> list[Generation]:
         requests = list(requests)

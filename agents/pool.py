@@ -33,7 +33,10 @@ def from_spec(spec: str) -> Agent:
         raise ValueError(f"unknown agent backend {prefix!r} in spec {spec!r}; known backends: {sorted(_BACKENDS)}")
     if not rest.strip():
         raise ValueError(f"malformed agent spec {spec!r}: nothing after '{prefix}:'")
-    return _BACKENDS[prefix](rest)
+    agent = _BACKENDS[prefix](rest)
+    if agent.spec is None:
+        agent.spec = spec  # remembered, so another process can rebuild the same agent
+    return agent
 
 
 class Pool(Mapping[str, Agent]):

@@ -10,9 +10,11 @@ system run by coalition ``S``, cached on disk, resumable), and reports per model
   by (antithetic) permutations with a budget;
 - ``banzhaf`` — exact only;
 
-with bootstrap CIs over questions and rank correlations (exact permutation p-values) between
+with bootstrap CIs over questions (and over permutations for sampled Shapley) and rank correlations (exact permutation p-values) between
 individual and compositional strength. With 3-4 models no single setting can be significant
 (smallest two-sided p = 1/3 at n = 3, 1/12 at n = 4): pool settings with :func:`pooled_test`.
+Coalition runs execute locally or, with ``executor="ray"``, as Ray tasks on a cluster (same numbers,
+same cache; see :mod:`crl_envs.valuation.executors`).
 
 Example:
     >>> import agents, crl_envs
@@ -40,13 +42,22 @@ from crl_envs.valuation.estimators import (
     banzhaf_weights,
     exact_masks,
     loo_weights,
+    permutation_draws,
     permutation_weights,
     sample_permutations,
     shapley_weights,
 )
-from crl_envs.valuation.game import CoalitionGame, default_cache_dir, individual_game, mask_of, members_of
+from crl_envs.valuation.executors import Executor, LocalExecutor, RayExecutor, resolve_executor
+from crl_envs.valuation.game import (
+    CoalitionGame,
+    default_cache_dir,
+    individual_game,
+    mask_of,
+    members_of,
+    play_coalitions,
+)
 from crl_envs.valuation.pooled import PooledTest, pooled_test
-from crl_envs.valuation.report import Correlation, Measure, ValuationReport, correlation
+from crl_envs.valuation.report import Correlation, Measure, ValuationReport, check_ci_options, correlation
 
 ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
 
@@ -67,6 +78,7 @@ def evaluate(
     permutation_seed: int | None = None,
     ci_level: float = 0.95,
     bootstrap_resamples: int = 2000,
+    executor: Executor | str = "local",
 ) -> ValuationReport:
     """Value every model of ``pool`` inside ``protocol`` on ``task``.
 
@@ -82,12 +94,17 @@ def evaluate(
         sampling, options: as in :func:`crl_envs.run_episodes`.
         budget: number of permutations for the sampled estimators.
         permutation_seed: seeds the permutation draws (default: ``seed``); the game does not depend on it.
-        ci_level, bootstrap_resamples: the bootstrap CIs over questions.
+        ci_level, bootstrap_resamples: the bootstrap CIs over questions (and, for the sampled
+            estimators, over permutations too: their CIs include the Monte Carlo error).
+        executor: where coalition runs execute: ``"local"`` (this process, one after another),
+            ``"ray"`` (each coalition a Ray task on the running or a new local cluster), or
+            ``RayExecutor("head:6379")``. Same numbers, same cache.
 
-    Individual strength costs n one-member ``vote`` runs (cached like any coalition; for
-    ``protocol="vote"`` they are the same runs as its one-member coalitions). The report counts the
-    runs this call executed: ``individual_evaluations`` for those, ``system_evaluations`` for the
-    protocol's coalitions (exact: 2^n - 1; LOO: n + 1; 0 when everything is cached).
+    Every option is checked before the first run. Individual strength costs n one-member ``vote``
+    runs (cached like any coalition; for ``protocol="vote"`` they are the same runs as its one-member
+    coalitions). The report counts the runs this call executed: ``individual_evaluations`` for
+    those, ``system_evaluations`` for the protocol's coalitions (exact: 2^n - 1; LOO: n + 1; 0 when
+    everything is cached), and ``cached_evaluations`` for the ones read from the cache.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
@@ -96,8 +113,18 @@ def evaluate(
         raise ValueError(f"estimator={estimator!r} needs budget=<number of permutations> (e.g. budget=200)")
     if not sampled and budget is not None:
         raise ValueError(f"budget only applies to estimator='permutation' or 'antithetic', not {estimator!r}")
+    _check_int("samples", samples, 1, "episodes per question, e.g. samples=4")
+    _check_int("seed", seed, None, "e.g. seed=0")
+    if permutation_seed is not None:
+        _check_int("permutation_seed", permutation_seed, None, "e.g. permutation_seed=1, or None for seed")
+    if sampled:
+        _check_int("budget", budget, 2, "the number of permutations, e.g. budget=200")
+    check_ci_options(ci_level, bootstrap_resamples)
+    if not isinstance(progress, bool):
+        raise ValueError(f"progress must be True or False, got {progress!r}")
+    executor = resolve_executor(executor)
     game = CoalitionGame(protocol, pool, task, samples=samples, seed=seed, sampling=sampling, options=options,
-                         cache_dir=cache_dir, progress=progress)
+                         cache_dir=cache_dir, progress=progress, executor=executor)
     n = game.n
     if estimator == "exact":
         estimators._check_exact(n)  # fail before any run
@@ -109,9 +136,7 @@ def evaluate(
     alone = individual_game(game)
     if alone.key == game.key:  # protocol "vote": its one-member coalitions are the individual runs
         alone = game
-    individual = alone.table([1 << i for i in range(n)])
-    individual_runs, before = alone.evaluations, game.evaluations
-
+    singles = [1 << i for i in range(n)]
     loo_m, loo_w = loo_weights(n)
     plan: list[int] = list(loo_m)
     if estimator == "exact":
@@ -120,6 +145,12 @@ def evaluate(
         perm_m, perm_w = permutation_weights(perms)
         plan += perm_m
     plan = list(dict.fromkeys(plan))
+    needed = len({m for m in plan if m} | set(singles)) if alone is game else len([m for m in plan if m]) + n
+    executor.start()  # connect (a bad address fails here, before any run)
+    ran = play_coalitions([(alone, singles), (game, plan)])  # one submission: a cluster stays busy across both
+    individual_runs = sum(1 for g, m in ran if g is alone and m in singles)
+    executed = len(ran)
+    individual = alone.table(singles)
     values = game.values(plan)
 
     def per_question(masks: list[int], weights: np.ndarray) -> np.ndarray:
@@ -128,28 +159,35 @@ def evaluate(
     shapley = banzhaf = None
     if estimator == "exact":
         all_m = exact_masks(n)
-        shapley = per_question(all_m, shapley_weights(n))
-        banzhaf = per_question(all_m, banzhaf_weights(n))
+        shapley = Measure("shapley", list(game.ids), per_question(all_m, shapley_weights(n)))
+        banzhaf = Measure("banzhaf", list(game.ids), per_question(all_m, banzhaf_weights(n)))
     elif sampled:
-        shapley = per_question(perm_m, perm_w)
+        draws = permutation_draws(perms, {m: float(values[m].mean()) for m in values},
+                                  antithetic=estimator == "antithetic")
+        shapley = Measure("shapley", list(game.ids), per_question(perm_m, perm_w), draws=draws)
     ids = list(game.ids)
     return ValuationReport(
         protocol=game.protocol_name, task=game.task.name, ids=ids, names=[game.pool.name_of(a) for a in ids],
         estimator=estimator, example_ids=list(game.example_ids),
         individual=Measure("individual", ids, individual),
         loo=Measure("loo", ids, per_question(loo_m, loo_w)),
-        shapley=None if shapley is None else Measure("shapley", ids, shapley),
-        banzhaf=None if banzhaf is None else Measure("banzhaf", ids, banzhaf),
+        shapley=shapley, banzhaf=banzhaf,
         system=values[(1 << n) - 1], empty_value=game.empty_value,
-        system_evaluations=game.evaluations - before, individual_evaluations=individual_runs,
-        coalitions=sum(1 for m in plan if m),
+        system_evaluations=executed - individual_runs, individual_evaluations=individual_runs,
+        coalitions=sum(1 for m in plan if m), cached_evaluations=needed - executed,
         samples=samples, seed=seed, budget=budget, ci_level=ci_level, bootstrap_resamples=bootstrap_resamples,
     )
+
+
+def _check_int(name: str, value: Any, minimum: int | None, hint: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (minimum is not None and value < minimum):
+        bound = "an int" if minimum is None else f"an int >= {minimum}"
+        raise ValueError(f"{name} must be {bound} ({hint}), got {value!r}")
 
 
 __all__ = [
     "evaluate", "ESTIMATORS", "CoalitionGame", "ValuationReport", "Measure", "Correlation", "correlation",
     "pooled_test", "PooledTest", "shapley_weights", "banzhaf_weights", "loo_weights", "permutation_weights",
     "sample_permutations", "exact_masks", "mask_of", "members_of", "default_cache_dir", "MAX_EXACT_PLAYERS",
-    "individual_game",
+    "individual_game", "permutation_draws", "Executor", "LocalExecutor", "RayExecutor", "play_coalitions",
 ]

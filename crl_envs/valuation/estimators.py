@@ -9,11 +9,14 @@ questions follow for free. Coalitions are bitmasks (bit ``i`` = player ``i``).
 - :func:`banzhaf_weights` — exact Banzhaf (every coalition weighted ``1 / 2^(n-1)``);
 - :func:`loo_weights` — leave-one-out ``v(N) - v(N \\ {i})``, on ``n + 1`` coalitions;
 - :func:`permutation_weights` — Monte Carlo Shapley from sampled permutations (optionally
-  antithetic: each permutation paired with its reverse), on the distinct prefixes only.
+  antithetic: each permutation paired with its reverse), on the distinct prefixes only;
+  :func:`permutation_draws` — the same estimate split into its independent Monte Carlo draws (one per
+  permutation, or per antithetic pair), which the bootstrap resamples along with the questions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from math import factorial
 
 import numpy as np
@@ -129,6 +132,30 @@ def permutation_weights(perms: np.ndarray) -> tuple[list[int], np.ndarray]:
     for player, c, weight in entries:
         w[player, c] += weight
     return list(column), w
+
+
+def permutation_draws(perms: np.ndarray, value: Mapping[int, float] | Callable[[int], float],
+                      antithetic: bool = False) -> np.ndarray:
+    """``(n, draws)``: each independent Monte Carlo draw of the sampled Shapley value, ``value(S)``
+    being ``v(S)`` (e.g. its mean over questions). A draw is one permutation's marginal contributions
+    ``v(P + i) - v(P)``, or, when ``antithetic``, the mean of a permutation's and its reverse's (the
+    pair is the unit drawn independently). The mean over draws is :func:`permutation_weights`' estimate.
+    """
+    perms = np.asarray(perms)
+    budget, n = perms.shape
+    get = value.__getitem__ if isinstance(value, Mapping) else value
+    marginals = np.zeros((budget, n))
+    for b, perm in enumerate(perms):
+        before = 0
+        for player in perm:
+            after = before | (1 << int(player))
+            marginals[b, int(player)] = get(after) - get(before)
+            before = after
+    if antithetic:
+        if budget % 2:
+            raise ValueError(f"antithetic draws come in pairs: got {budget} permutations")
+        marginals = (marginals[0::2] + marginals[1::2]) / 2
+    return marginals.T
 
 
 def exact_masks(n: int) -> list[int]:

@@ -11,8 +11,14 @@ Cache layout: ``<cache_dir>/<game key>/meta.json`` describes the game; ``<cache_
 <mask>.json`` holds one coalition's per-question scores. The game key hashes everything that
 determines a result: protocol name and options, role agents (e.g. a judge) and the pool's agent
 fingerprints (an ``HFAgent``'s changes with its weights), the task's fingerprint and its examples,
-sampling settings, samples and seed. Each coalition's file is written atomically (temp file, fsync, ``os.replace``) as soon as its
-run ends, so a killed run loses at most the coalition in flight and a second run recomputes nothing.
+sampling settings, samples and seed. Each coalition's file is written atomically (temp file, fsync,
+``os.replace``) by the driver process as soon as its run ends, so a killed run loses at most the
+coalitions in flight and a second run recomputes nothing.
+
+Where runs execute is the game's ``executor``: :class:`~crl_envs.valuation.executors.LocalExecutor`
+(one after another, in this process; the default) or
+:class:`~crl_envs.valuation.executors.RayExecutor` (each coalition a Ray task). Both play a
+coalition through the same :func:`coalition_scores`, so they give the same numbers.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +80,8 @@ class CoalitionGame:
         options: keyword arguments of the protocol factory.
         cache_dir: where results live (default :func:`default_cache_dir`); ``False`` disables the disk cache.
         progress: show a progress bar over coalitions.
+        executor: where coalition runs execute: ``"local"`` (default), ``"ray"``, or an
+            :class:`~crl_envs.valuation.executors.Executor` such as ``RayExecutor("head:6379")``.
 
     ``evaluations`` counts the coalition runs this object actually executed (cache hits excluded).
     """
@@ -90,12 +98,16 @@ class CoalitionGame:
         options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike | None | bool = None,
         progress: bool = True,
+        executor: Any = "local",
     ):
+        from crl_envs.valuation.executors import resolve_executor
+
+        self.executor = resolve_executor(executor)
         self.factory = protocols.get(protocol)
         self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
         self.task = task if isinstance(task, Task) else task_registry.load(task)
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples must be an int >= 1, got {samples!r}")
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples must be an int >= 1 (episodes per question), got {samples!r}; e.g. samples=4")
         self.samples, self.seed = samples, int(seed)
         self.sampling = sampling
         self.options = dict(options or {})
@@ -144,18 +156,14 @@ class CoalitionGame:
         return self.values([mask])[mask]
 
     def values(self, masks: Iterable[int]) -> dict[int, np.ndarray]:
-        """``v(S)`` per question for each mask; missing coalitions are played (and cached) in order."""
-        masks = list(dict.fromkeys(int(m) for m in masks))
-        full = (1 << self.n) - 1
-        for m in masks:
-            if not 0 <= m <= full:
-                raise ValueError(f"coalition mask {m} out of range for a pool of {self.n}")
-        todo = [m for m in masks if m and self._lookup(m) is None]
-        bar = tqdm(todo, desc=f"{self.protocol_name} coalitions", unit="coalition", disable=not self.progress or not todo)
-        for m in bar:
-            self._memory[m] = self._play(m)
-        bar.close()
+        """``v(S)`` per question for each mask; missing coalitions are played (and cached) by the executor."""
+        masks = self._check_masks(masks)
+        play_coalitions([(self, masks)])
         return {m: self._lookup(m) if m else np.full(len(self.example_ids), self.empty_value) for m in masks}
+
+    def missing(self, masks: Iterable[int]) -> list[int]:
+        """The non-empty coalitions among ``masks`` whose result is not known yet (to be played)."""
+        return [m for m in self._check_masks(masks) if m and self._lookup(m) is None]
 
     def table(self, masks: Sequence[int]) -> np.ndarray:
         """The ``(len(masks), questions)`` score table of the given coalitions."""
@@ -186,28 +194,90 @@ class CoalitionGame:
         self._memory[mask] = scores
         return scores
 
+    def _check_masks(self, masks: Iterable[int]) -> list[int]:
+        masks = list(dict.fromkeys(int(m) for m in masks))
+        full = (1 << self.n) - 1
+        for m in masks:
+            if not 0 <= m <= full:
+                raise ValueError(f"coalition mask {m} out of range for a pool of {self.n}")
+        return masks
+
+    def run_spec(self) -> CoalitionRun:
+        """What a coalition run needs besides the mask (what executors ship to their workers)."""
+        return CoalitionRun(self.factory, self.pool, self.task, self.samples, self.seed, self.sampling,
+                            self.options, list(self.example_ids))
+
     def _play(self, mask: int) -> np.ndarray:
-        coalition = [self.ids[i] for i in members_of(mask, self.n)]
-        episodes = run_episodes(
-            self.factory, self.pool, self.task, coalition=coalition, samples=self.samples, seed=self.seed,
-            sampling=self.sampling, options=self.options, progress=False,
-        )
-        index = {eid: k for k, eid in enumerate(self.example_ids)}
-        totals = np.zeros(len(self.example_ids))
-        for ep in episodes:
-            totals[index[ep.example_id]] += ep.score
-        scores = totals / self.samples
+        return coalition_scores(self.run_spec(), mask)
+
+    def store(self, mask: int, scores: np.ndarray) -> None:
+        """Record a coalition's executed run: in memory, and on disk in one atomic write (a reader sees
+        no file or the whole file). Only the process that owns the game (the driver) writes."""
+        scores = np.asarray(scores, dtype=float)
+        if scores.shape != (len(self.example_ids),):
+            raise ValueError(f"coalition {mask}: {scores.shape} scores for {len(self.example_ids)} questions")
+        self._memory[mask] = scores
         self.evaluations += 1
         path = self._path(mask)
         if path is not None:
             _atomic_write_json(path, {
-                "key": self.key, "coalition": coalition, "mask": mask, "protocol": self.protocol_name,
-                "empty_value": self.empty_value, "example_ids": self.example_ids, "scores": scores.tolist(),
+                "key": self.key, "coalition": [self.ids[i] for i in members_of(mask, self.n)], "mask": mask,
+                "protocol": self.protocol_name, "empty_value": self.empty_value, "example_ids": self.example_ids,
+                "scores": scores.tolist(),
             })
-        return scores
 
     def __repr__(self) -> str:
         return f"CoalitionGame({self.protocol_name}, {self.pool!r}, {self.task!r}, key={self.key[:12]})"
+
+
+@dataclass
+class CoalitionRun:
+    """Everything a coalition's run depends on except the coalition: protocol factory, pool, task,
+    samples, seed, sampling, protocol options and the example ids the scores are ordered by."""
+
+    factory: ProtocolFactory
+    pool: Pool
+    task: Task
+    samples: int
+    seed: int
+    sampling: SamplingParams | Mapping[str, SamplingParams] | None
+    options: dict[str, Any]
+    example_ids: list[str]
+
+
+def coalition_scores(run: CoalitionRun, mask: int) -> np.ndarray:
+    """Play coalition ``mask`` through :func:`run_episodes`: per-question scores averaged over samples.
+    The one way a coalition is played, in this process or on a worker."""
+    ids = list(run.pool.ids)
+    coalition = [ids[i] for i in members_of(mask, len(ids))]
+    episodes = run_episodes(
+        run.factory, run.pool, run.task, coalition=coalition, samples=run.samples, seed=run.seed,
+        sampling=run.sampling, options=run.options, progress=False,
+    )
+    index = {eid: k for k, eid in enumerate(run.example_ids)}
+    totals = np.zeros(len(run.example_ids))
+    for ep in episodes:
+        totals[index[ep.example_id]] += ep.score
+    return totals / run.samples
+
+
+def play_coalitions(jobs: Sequence[tuple[CoalitionGame, Iterable[int]]]) -> list[tuple[CoalitionGame, int]]:
+    """Play every missing coalition of every ``(game, masks)`` job, all submitted together to the
+    first game's executor (so a cluster stays busy across games), each result stored by its game as
+    it arrives. Returns the ``(game, mask)`` runs executed."""
+    todo: list[tuple[CoalitionGame, int]] = []
+    for game, masks in jobs:
+        todo += [(game, m) for m in game.missing(masks) if (game, m) not in todo]
+    if not todo:
+        return []
+    game0 = todo[0][0]
+    names = list(dict.fromkeys(g.protocol_name for g, _ in todo))
+    bar = tqdm(total=len(todo), desc=f"{'+'.join(names)} coalitions", unit="coalition", disable=not game0.progress)
+    try:
+        game0.executor.run(todo, lambda game, mask, scores: (game.store(mask, scores), bar.update(1)), bar=bar)
+    finally:
+        bar.close()
+    return todo
 
 
 def individual_game(game: CoalitionGame) -> CoalitionGame:
@@ -219,7 +289,7 @@ def individual_game(game: CoalitionGame) -> CoalitionGame:
     return CoalitionGame(
         INDIVIDUAL_PROTOCOL, game.pool, game.task, samples=game.samples, seed=game.seed,
         sampling=game.sampling, cache_dir=False if game.directory is None else game.directory.parent,
-        progress=game.progress,
+        progress=game.progress, executor=game.executor,
     )
 
 

@@ -116,12 +116,18 @@ def correlation(x: Sequence[float], y: Sequence[float], statistic: str = "kendal
 @dataclass(eq=False)
 class Measure(Mapping[str, float]):
     """One measure for every model: ``m[agent_id]`` is its mean over questions; ``m.ci[agent_id]``
-    its bootstrap CI; ``m.per_question`` the ``(models, questions)`` table behind it."""
+    its bootstrap CI; ``m.per_question`` the ``(models, questions)`` table behind it.
+
+    ``draws`` (sampled estimators only) is ``(models, draws)``: the estimate's independent Monte Carlo
+    draws (one per permutation, or per antithetic pair), as means over questions; their mean is the
+    estimate. The bootstrap resamples them along with the questions, so CIs include the Monte Carlo
+    error of the sampled permutations, not only the questions' sampling error."""
 
     name: str
     ids: list[str]
     per_question: np.ndarray
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+    draws: np.ndarray | None = None
 
     @property
     def means(self) -> np.ndarray:
@@ -145,13 +151,15 @@ class Measure(Mapping[str, float]):
 
 
 def bootstrap_cis(tables: Mapping[str, np.ndarray], *, resamples: int = 2000, level: float = 0.95,
-                  seed: int = 0) -> dict[str, np.ndarray]:
+                  seed: int = 0, draws: Mapping[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
     """Percentile CIs of per-model means, resampling questions (the same resamples for every
-    measure, so measures stay paired). Returns ``name -> (models, 2)``."""
-    if not 0 < level < 1:
-        raise ValueError(f"CI level must be in (0, 1), got {level}")
-    if resamples < 1:
-        raise ValueError(f"bootstrap resamples must be >= 1, got {resamples}")
+    measure, so measures stay paired). Returns ``name -> (models, 2)``.
+
+    A measure with Monte Carlo ``draws[name]`` (``(models, draws)``, see :class:`Measure`) is also
+    resampled over its draws, independently of the questions: each resample's estimate is the
+    question-resampled mean plus the draw-resampled mean's deviation from the estimate. Its variance
+    is the questions' plus the Monte Carlo error's (the crossed design's two main effects)."""
+    check_ci_options(level, resamples)
     q = next(iter(tables.values())).shape[1]
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, q, size=(resamples, q))
@@ -159,8 +167,24 @@ def bootstrap_cis(tables: Mapping[str, np.ndarray], *, resamples: int = 2000, le
     out = {}
     for name, table in tables.items():
         means = table[:, idx].mean(axis=-1)  # (models, resamples)
+        mc = None if draws is None else draws.get(name)
+        if mc is not None:
+            mc = np.asarray(mc, float)
+            if mc.ndim != 2 or mc.shape[0] != table.shape[0] or mc.shape[1] < 2:
+                raise ValueError(f"{name}: Monte Carlo draws must be (models, >= 2 draws), got shape {mc.shape}")
+            jdx = rng.integers(0, mc.shape[1], size=(resamples, mc.shape[1]))
+            means = means + (mc[:, jdx].mean(axis=-1) - mc.mean(axis=1, keepdims=True))
         out[name] = np.quantile(means, [alpha, 1 - alpha], axis=1).T
     return out
+
+
+def check_ci_options(level: Any, resamples: Any) -> None:
+    """One-line errors for a CI level outside (0, 1) or a resample count that is not an int >= 1."""
+    if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
+        hint = f" (a fraction: {level / 100:g} for {level:g}%)" if isinstance(level, (int, float)) and 1 < level < 100 else ""
+        raise ValueError(f"ci_level must be a number in (0, 1), e.g. 0.95, got {level!r}{hint}")
+    if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 1:
+        raise ValueError(f"bootstrap_resamples must be an int >= 1, e.g. 2000, got {resamples!r}")
 
 
 # ---------------------------------------------------------------------- the report
@@ -174,7 +198,8 @@ class ValuationReport:
         system: per-question ``v(N)``; ``empty_value``: ``v(∅)``.
         system_evaluations: the protocol's coalition runs executed by the call that built the
             report (cache hits excluded); ``individual_evaluations`` likewise for the one-model runs;
-            ``coalitions`` the number of non-empty coalitions the estimator used.
+            ``coalitions`` the number of non-empty coalitions the estimator used;
+            ``cached_evaluations`` the distinct runs it needed that came from the cache instead.
         correlation: ``measure -> {"kendall": Correlation, "spearman": Correlation}`` between
             individual strength and each compositional measure.
     """
@@ -194,6 +219,7 @@ class ValuationReport:
     system_evaluations: int = 0
     individual_evaluations: int = 0
     coalitions: int = 0
+    cached_evaluations: int = 0
     samples: int = 1
     seed: int = 0
     budget: int | None = None
@@ -224,7 +250,7 @@ class ValuationReport:
     def _fill_cis(self) -> None:
         measures = self.measures
         cis = bootstrap_cis({k: m.per_question for k, m in measures.items()}, resamples=self.bootstrap_resamples,
-                            level=self.ci_level, seed=self.seed)
+                            level=self.ci_level, seed=self.seed, draws={k: m.draws for k, m in measures.items()})
         for k, m in measures.items():
             m.ci = {a: (float(lo), float(hi)) for a, (lo, hi) in zip(m.ids, cis[k])}
 
@@ -243,13 +269,14 @@ class ValuationReport:
             "seed": self.seed, "budget": self.budget, "empty_value": self.empty_value,
             "system_value": float(self.system.mean()), "system": self.system.tolist(),
             "system_evaluations": self.system_evaluations, "individual_evaluations": self.individual_evaluations,
-            "coalitions": self.coalitions,
+            "coalitions": self.coalitions, "cached_evaluations": self.cached_evaluations,
             "ci_level": self.ci_level, "bootstrap_resamples": self.bootstrap_resamples,
             "measures": {
                 k: {
                     "mean": {a: m[a] for a in m.ids},
                     "ci": {a: list(m.ci[a]) for a in m.ids},
                     "per_question": m.per_question.tolist(),
+                    **({} if m.draws is None else {"draws": m.draws.tolist()}),
                 }
                 for k, m in self.measures.items()
             },
@@ -274,7 +301,10 @@ class ValuationReport:
 
         def measure(k: str) -> Measure | None:
             m = d["measures"].get(k)
-            return None if m is None else Measure(k, ids, np.asarray(m["per_question"], float))
+            if m is None:
+                return None
+            draws = None if m.get("draws") is None else np.asarray(m["draws"], float)
+            return Measure(k, ids, np.asarray(m["per_question"], float), draws=draws)
 
         return cls(
             protocol=d["protocol"], task=d["task"], ids=ids, names=d["names"], estimator=d["estimator"],
@@ -282,6 +312,7 @@ class ValuationReport:
             shapley=measure("shapley"), banzhaf=measure("banzhaf"), system=np.asarray(d["system"]),
             empty_value=d["empty_value"], system_evaluations=d["system_evaluations"],
             individual_evaluations=d.get("individual_evaluations", 0), coalitions=d["coalitions"],
+            cached_evaluations=d.get("cached_evaluations", 0),
             samples=d["samples"], seed=d["seed"], budget=d["budget"], ci_level=d["ci_level"],
             bootstrap_resamples=d["bootstrap_resamples"],
         )
@@ -307,7 +338,7 @@ class ValuationReport:
             f"sample(s), estimator {est}",
             f"v(N) = {self.system.mean():.3f}   v(empty) = {self.empty_value:g}   "
             f"runs executed: {self.system_evaluations} of {self.coalitions} coalitions + {self.individual_evaluations} of "
-            f"{len(self.ids)} individual (the rest from cache)",
+            f"{len(self.ids)} individual{self._cached_note()}",
             "",
             line(headers),
             line(["-" * w for w in widths]),
@@ -323,6 +354,10 @@ class ValuationReport:
         out.append(f"  with {n} models the smallest possible two-sided p-value is {min(1.0, 2 / math.factorial(n)):.3g}"
                    + ("; no single setting can be significant — pool settings with pooled_test()" if n <= 4 else ""))
         return "\n".join(out)
+
+    def _cached_note(self) -> str:
+        """Where the runs not executed came from, said only when there were any."""
+        return f" ({self.cached_evaluations} from cache)" if self.cached_evaluations else ""
 
     def __str__(self) -> str:
         return self.table()
