@@ -168,8 +168,10 @@ def run_episodes(
         ]
         gens = generate_grouped([(model, req) for _, _, model, req in items], batch_size=batch_size)
         actions: dict[int, dict[str, str]] = {i: {} for i in live}
+        finish_reasons: dict[int, dict[str, str]] = {i: {} for i in live}
         for (i, agent_id, model, req), gen in zip(items, gens):
             actions[i][agent_id] = gen.text
+            finish_reasons[i][agent_id] = gen.finish_reason
             env = envs[i]
             keep = agent_id in recorded
             transcripts[i].append(
@@ -191,7 +193,7 @@ def run_episodes(
         # 3. step every live instance
         still = []
         for i in live:
-            _, _, terms, truncs, infos = envs[i].step(actions[i])
+            _, _, terms, truncs, infos = envs[i].step(actions[i], finish_reasons=finish_reasons[i])
             if envs[i].agents:
                 obs_infos[i] = infos
                 still.append(i)

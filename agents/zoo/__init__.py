@@ -77,8 +77,11 @@ def load(names: Sequence[str] | None = None, *, batch_size: int = 256):
 
 
 def agents_list() -> list:
-    """The zoo's agents in pool order (what ``agents.pool("zoo")`` plays)."""
-    return list(load().values())
+    """The zoo's agents in pool order (what ``agents.pool("zoo")`` plays), each remembering its spec."""
+    members = list(load().values())
+    for name, agent in zip(NAMES, members):
+        agent.spec = f"zoo:{name}"
+    return members
 
 
 def _agent_from_spec(name: str):

@@ -196,7 +196,8 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         return out
 
     def extract(self, text: str) -> str | None:
-        return self.task.extract(text)
+        """The task's answer in ``text`` (an action of this episode), told whether it was cut off."""
+        return self.task.extract(text, self._finish_reasons.get(text))
 
     # ------------------------------------------------------------------ PettingZoo API
     def reset(self, seed: int | None = None, options: dict | None = None):
@@ -216,18 +217,28 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         self.agents = list(self.members) + list(self.role_agents)
         self.transcript, self.outcome = [], None
         self._phase_index = 0
+        self._finish_reasons: dict[str, str] = {}
         self._game = self._play()
         self._phase = next(self._game)
         self._check_phase(self._phase)
         obs, infos = self._observe()
         return obs, infos
 
-    def step(self, actions: dict[str, Any]):
+    def step(self, actions: dict[str, Any], finish_reasons: Mapping[str, str] | None = None):
+        """PettingZoo's ``step``. ``finish_reasons`` (optional, ``agent -> "stop" | "length"``) says
+        which actions were cut off at ``max_new_tokens``; the task's extraction reads a cut-off
+        answer differently (an action truncated to ``max_action_chars`` counts as cut off too)."""
         if self._game is None or self._phase is None:
             raise RuntimeError("step() called before reset() or after the episode ended; call reset()")
         texts = {}
         for agent in self._phase.prompts:
-            texts[agent] = self._sanitize(agent, actions.get(agent))
+            action = actions.get(agent)
+            texts[agent] = self._sanitize(agent, action)
+            reason = (finish_reasons or {}).get(agent)
+            if isinstance(action, str) and len(action) > self.max_action_chars:
+                reason = "length"
+            if reason is not None:
+                self._finish_reasons[texts[agent]] = reason
             self.transcript.append(
                 Turn(self._phase_index, self._phase.name, agent, self._phase.prompts[agent], texts[agent])
             )
