@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from agents.base import Agent, Generation, Request
+from agents.base import Agent, Generation, Request, truncate_at_stop
 from agents.spec_options import split_options
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
@@ -101,7 +101,12 @@ class OpenAIAgent(Agent):
         backoff_base, backoff_max: exponential backoff of retry ``k``: ``min(max, base * 2**k)``,
             jittered down by up to half; a server's ``Retry-After`` (capped at ``retry_after_max``)
             takes precedence.
-        logprobs: ask for the sampled tokens' log-probabilities (``logprobs: true``).
+        logprobs: ask for the sampled tokens' log-probabilities (``logprobs: true`` with
+            ``top_logprobs``, without which llama.cpp's server sends none). A server that answers
+            without them (``transformers serve``) fails the request at once with an error saying so:
+            missing log-probs never reach a trainer as ``None``.
+        top_logprobs: alternatives per token the server is asked for alongside the sampled token's
+            log-prob (the agent reads only the sampled one; 1 is the least llama.cpp accepts).
         token_ids: ask vLLM servers for token ids (``return_tokens_as_token_ids``, ``return_token_ids``;
             vLLM-specific fields that other servers may reject).
         seed_bits: seeds are reduced modulo ``2**seed_bits`` (servers such as llama.cpp take 32-bit seeds).
@@ -126,6 +131,7 @@ class OpenAIAgent(Agent):
         backoff_max: float = 30.0,
         retry_after_max: float = 120.0,
         logprobs: bool = False,
+        top_logprobs: int = 1,
         token_ids: bool = False,
         seed_bits: int = 31,
         extra_body: dict[str, Any] | None = None,
@@ -136,6 +142,8 @@ class OpenAIAgent(Agent):
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if not 0 <= top_logprobs <= 20:
+            raise ValueError(f"top_logprobs must be in 0..20 (the OpenAI API's range), got {top_logprobs}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.name = name or model
@@ -147,6 +155,7 @@ class OpenAIAgent(Agent):
         self.backoff_max = backoff_max
         self.retry_after_max = retry_after_max
         self.logprobs = logprobs
+        self.top_logprobs = top_logprobs
         self.token_ids = token_ids
         self.seed_bits = seed_bits
         self.extra_body = dict(extra_body or {})
@@ -179,8 +188,11 @@ class OpenAIAgent(Agent):
         }
         if s.seed is not None:
             body["seed"] = int(s.seed) % (2**self.seed_bits)
+        if s.stop:
+            body["stop"] = list(s.stop)
         if self.logprobs:
             body["logprobs"] = True
+            body["top_logprobs"] = self.top_logprobs
         if self.token_ids:  # vLLM: ids in the logprob tokens ("token_id:N"), and (>= 0.10.2) as lists
             body["return_tokens_as_token_ids"] = True
             body["return_token_ids"] = True
@@ -232,7 +244,7 @@ class OpenAIAgent(Agent):
             try:
                 async with semaphore:
                     data = await self._post(client, url, body)
-                generation = self._parse(data)
+                generation = self._parse(data, request.sampling.stop)
                 generation.seconds = time.perf_counter() - t0
                 return generation
             except _Failure as failure:
@@ -266,8 +278,13 @@ class OpenAIAgent(Agent):
             snippet = response.text[:200].replace("\n", " ")
             raise _Failure(f"malformed JSON in the response: {snippet!r}", retryable=True) from None
 
-    def _parse(self, data: Any) -> Generation:
-        """Map a chat-completions response to a :class:`Generation`; malformed responses raise a retryable failure."""
+    def _parse(self, data: Any, stops: tuple[str, ...] = ()) -> Generation:
+        """Map a chat-completions response to a :class:`Generation`; malformed responses raise a retryable
+        failure, an answer without the log-probs this agent asks for a non-retryable one.
+
+        The answer ends before its first stop string even when the server returns the stop string
+        (``transformers serve`` does) or ignores ``stop``; log-probs (and ids) are cut at the same
+        place, as HFAgent cuts them (:func:`agents.base.cut_at_stop`)."""
         try:
             choice = data["choices"][0]
             message = choice["message"]
@@ -280,11 +297,28 @@ class OpenAIAgent(Agent):
             if not isinstance(text, str):
                 raise TypeError(f"message.content is {type(text).__name__}, not a string")
             usage = data.get("usage") or {}
-            logprobs, token_ids = _logprobs_of(choice)
+            logprobs, token_ids, pieces = _logprobs_of(choice)
             prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
             prompt_ids = [int(t) for t in prompt_ids] if isinstance(prompt_ids, list) else None
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
             raise _Failure(f"malformed chat-completions response ({type(e).__name__}: {e})", retryable=True) from None
+        text, stopped = truncate_at_stop(text, stops)
+        if stopped:
+            finish = "stop"
+        if self.logprobs and logprobs is None:
+            if text:
+                raise _Failure(
+                    "the server answered without the log-probs this agent asks for (logprobs=true, "
+                    f"top_logprobs={self.top_logprobs}); it does not serve them (transformers serve does not). "
+                    "Use a server that does (vLLM, llama.cpp's) or an agent with logprobs=false",
+                    retryable=False,
+                )
+            logprobs, token_ids = [], token_ids if token_ids is not None else []  # an empty answer: no tokens
+        if logprobs is not None and pieces is not None:
+            kept, kept_text = _tokens_within(pieces, text)
+            if kept is not None and kept < len(logprobs):  # tokens past the answer: the stop string's, eos
+                logprobs, text = logprobs[:kept], kept_text
+                token_ids = token_ids[:kept] if token_ids is not None else None
         completion_tokens = int(usage.get("completion_tokens") or (len(logprobs) if logprobs else 0))
         return Generation(
             text=text,
@@ -297,20 +331,46 @@ class OpenAIAgent(Agent):
         )
 
 
-def _logprobs_of(choice: dict[str, Any]) -> tuple[list[float] | None, list[int] | None]:
-    """The sampled tokens' log-probs and, when the server gives them, their ids."""
+def _logprobs_of(choice: dict[str, Any]) -> tuple[list[float] | None, list[int] | None, list[bytes] | None]:
+    """The sampled tokens' log-probs, their ids when the server gives them, and their bytes (from
+    ``bytes``, else the ``token`` string; None when tokens are only named by id)."""
     token_ids = choice.get("token_ids")
     token_ids = [int(t) for t in token_ids] if isinstance(token_ids, list) else None
     block = choice.get("logprobs")
-    if not block or not block.get("content"):
-        return None, token_ids
+    if not block or block.get("content") is None:
+        return None, token_ids, None
     entries = block["content"]
     logprobs = [float(e["logprob"]) for e in entries]
-    if token_ids is None:
-        matches = [_TOKEN_ID.match(str(e.get("token", ""))) for e in entries]
-        if all(matches):
-            token_ids = [int(m.group(1)) for m in matches]  # type: ignore[union-attr]
-    return logprobs, token_ids
+    matches = [_TOKEN_ID.match(str(e.get("token", ""))) for e in entries]
+    named_by_id = bool(entries) and all(matches)
+    if token_ids is None and named_by_id:
+        token_ids = [int(m.group(1)) for m in matches]  # type: ignore[union-attr]
+    pieces: list[bytes] | None = []
+    for e in entries:
+        if isinstance(e.get("bytes"), list):
+            pieces.append(bytes(e["bytes"]))
+        elif named_by_id or not isinstance(e.get("token"), str):
+            pieces = None
+            break
+        else:
+            pieces.append(e["token"].encode("utf-8"))
+    return logprobs, token_ids, pieces
+
+
+def _tokens_within(pieces: list[bytes], text: str) -> tuple[int | None, str]:
+    """How many leading tokens lie within ``text``, and their text, when the tokens spell ``text``
+    and then run past it (a stop string's tokens, an end-of-turn token); ``(None, text)`` when
+    they do not spell it (the server's text and tokens disagree: nothing is cut)."""
+    target = text.encode("utf-8")
+    spelled = b"".join(pieces)
+    if not spelled.startswith(target) or len(spelled) == len(target):
+        return None, text
+    kept, length = 0, 0
+    for piece in pieces:
+        if length + len(piece) > len(target):
+            break
+        kept, length = kept + 1, length + len(piece)
+    return kept, target[:length].decode("utf-8", errors="replace")
 
 
 def _example_id(request: Request) -> str | None:
@@ -332,6 +392,7 @@ _SPEC_OPTIONS: dict[str, type | tuple[type, ...]] = {
     "backoff_max": float,
     "retry_after_max": float,
     "logprobs": bool,
+    "top_logprobs": int,
     "token_ids": bool,
     "seed_bits": int,
 }

@@ -341,3 +341,64 @@ def test_runner_through_a_server_matches_the_model_played_directly(tiny_model_di
     totals = crl_envs.total_usage(remote)
     assert totals["model_0"].completion_tokens == sum(
         len(t.token_ids) for e in remote for t in e.transcript if t.agent == "model_0")
+
+
+def test_stop_strings_are_sent_and_the_answer_ends_before_them():
+    """A server that returns the stop string in the text (transformers serve does) or ignores ``stop``:
+    the answer still ends before it, finish reason "stop"."""
+
+    def respond(body: dict) -> dict:
+        text = "The answer is 4.\nUser: and 5+5?"
+        return {"choices": [{"message": {"content": text}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 12}}
+
+    with ChatServer(respond=respond) as server:
+        request = Request([{"role": "user", "content": "2+2?"}], SamplingParams(stop=["\nUser:", "never"]))
+        cut, plain = make_agent(server.url).generate([request, Request([{"role": "user", "content": "2+2?"}])])
+    assert server.bodies[0]["stop"] == ["\nUser:", "never"] and "stop" not in server.bodies[1]
+    assert (cut.text, cut.finish_reason) == ("The answer is 4.", "stop")
+    assert (plain.text, plain.finish_reason) == ("The answer is 4.\nUser: and 5+5?", "length")
+    assert cut.completion_tokens == 12  # usage is what the server counted (and billed)
+
+
+def pieces_response(pieces: list[str], text: str, with_bytes: bool) -> Callable[[dict], dict]:
+    """A server whose text ends where it found a stop string but whose log-probs run on through the
+    tokens that wrote it (vLLM and llama.cpp keep those tokens)."""
+
+    def respond(body: dict) -> dict:
+        entries = [{"token": p, "logprob": -0.1 * (i + 1), **({"bytes": list(p.encode())} if with_bytes else {})}
+                   for i, p in enumerate(pieces)]
+        return {"choices": [{"message": {"content": text}, "finish_reason": "stop", "logprobs": {"content": entries}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": len(pieces)}}
+
+    return respond
+
+
+@pytest.mark.parametrize("with_bytes", [True, False])
+def test_logprobs_are_cut_where_the_answer_ends(with_bytes):
+    stop = SamplingParams(stop=["\nUser:"])
+    cases = [  # (tokens, text from the server, expected text, expected number of kept log-probs)
+        (["The", " answer", " is", " 4", ".", "\n", "User", ":"], "The answer is 4.", "The answer is 4.", 5),
+        # the stop string begins inside a token (".\n"): that token goes, with its "." (as HFAgent cuts)
+        (["The", " answer", " is", " 4", ".\n", "User", ":"], "The answer is 4.", "The answer is 4", 4),
+        (["Caf", "é", " 4"], "Café 4", "Café 4", 3),  # nothing past the answer: nothing cut
+    ]
+    for tokens, server_text, text, kept in cases:
+        with ChatServer(respond=pieces_response(tokens, server_text, with_bytes)) as server:
+            gen = make_agent(server.url, logprobs=True).generate([Request([{"role": "user", "content": "q"}], stop)])[0]
+        assert server.bodies[0]["logprobs"] is True and server.bodies[0]["top_logprobs"] == 1
+        assert gen.text == text and gen.finish_reason == "stop"
+        assert gen.logprobs == pytest.approx([-0.1 * (i + 1) for i in range(kept)])
+
+
+def test_missing_logprobs_fail_at_once_naming_the_agent():
+    """transformers serve answers ``logprobs: true`` without any: that must never reach a trainer as None."""
+    with ChatServer(respond=lambda body: {"choices": [{"message": {"content": "4"}, "finish_reason": "stop"}]}) as server:
+        with pytest.raises(OpenAIRequestError) as info:
+            make_agent(server.url, logprobs=True, max_retries=3).generate(make_requests(2))
+        attempts = server.attempts["q0"]
+        assert make_agent(server.url).generate(make_requests(1))[0].logprobs is None  # not asked: fine
+    message = str(info.value)
+    assert "'canned'" in message and "'q-ex-0'" in message and "1 attempt;" in message
+    assert "without the log-probs" in message and "logprobs=false" in message
+    assert attempts == 1  # not retried: the server will never send them
