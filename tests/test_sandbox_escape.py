@@ -11,6 +11,7 @@ process of the sandbox is left (its PID namespaces are empty, no ``sleep 997`` r
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -90,7 +91,9 @@ def run_attempt(code: str, host: dict, route: str = "hooked", **limits):
     for namespace in result.namespaces:
         assert namespace_processes(namespace) == []
     assert psutil.Process().children(recursive=True) == [psutil.Process(host["bystander"])]
-    assert host["token"] not in result.stdout_tail, result.stdout_tail  # no secret came out
+    for secret in ("tmp-secret-", "root-secret-", "env-secret-"):  # no planted secret came out
+        assert secret + host["token"] not in result.stdout_tail, result.stdout_tail
+    assert not re.search(r"^root:[^:\n]*:\d+:", result.stdout_tail, re.MULTILINE)  # nor /etc/shadow
     return result
 
 
