@@ -229,10 +229,113 @@ def test_evaluate_is_greedy_and_deterministic(pool, train_task, eval_task):
 
 
 def test_paired_bootstrap_ci():
-    mean, lo, hi = paired_bootstrap_ci([0, 0, 1, 0] * 25, [1, 0, 1, 1] * 25)
-    assert mean == pytest.approx(0.5) and lo < 0.5 < hi and lo > 0.3
-    with pytest.raises(ValueError):
+    ci = paired_bootstrap_ci([0, 0, 1, 0] * 25, [1, 0, 1, 1] * 25)
+    mean, lo, hi = ci  # still unpacks as (delta, low, high)
+    assert mean == pytest.approx(0.5) and lo < 0.5 < hi and lo > 0.3 and ci.excludes_zero
+    assert str(ci) == f"+50.0 points, 95% CI [{100 * lo:+.1f}, {100 * hi:+.1f}] (100 questions)"
+    with pytest.raises(ValueError, match="equal-length"):
         paired_bootstrap_ci([], [])
+    with pytest.raises(ValueError, match="equal-length.*shapes \\(3,\\) and \\(2,\\)"):
+        paired_bootstrap_ci([0, 1, 1], [1, 1])  # was a numpy broadcast error
+    with pytest.raises(ValueError, match="level must be in \\(0, 1\\)"):
+        paired_bootstrap_ci([0, 1], [1, 1], level=95)
+
+
+def test_compare_prints_points_and_accuracies():
+    from trainers import EvalResult, compare
+
+    ids = [f"q{i}" for i in range(4)]
+    before = EvalResult(ids, np.array([0.0, 0.0, 1.0, 1.0]), np.array([0.0, 0.0, 0.0, 1.0]))
+    after = EvalResult(ids, np.array([1.0, 0.0, 1.0, 1.0]), np.array([0.0, 0.0, 0.0, 1.0]))
+    text = str(compare(before, after))
+    assert text.splitlines()[0].startswith("system accuracy   0.500 -> 0.750: +25.0 points, 95% CI [")
+    assert "learner alone     0.250 -> 0.250: +0.0 points" in text and "(4 questions)" in text
+    with pytest.raises(ValueError, match="same questions"):
+        compare(before, EvalResult(ids[::-1], after.system, after.standalone))
+
+
+# ---------------------------------------------------------------------- config validation (issue 14, defect 5)
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(advantage="group_mean_std", num_generations=1), ValueError, "num_generations=1 with advantage='group_mean_std'"),
+    (dict(num_generations=1), ValueError, "at least 2 rollouts per question"),
+    (dict(epsilon_high=-0.1), ValueError, "epsilon_high must be > 0, got -0.1"),
+    (dict(epsilon_high=0.0), ValueError, "epsilon_high must be > 0"),
+    (dict(epsilon=1.5), ValueError, "epsilon must be > 0 and < 1"),
+    (dict(learning_rate="1e-3"), TypeError, "learning_rate must be a number, got the str '1e-3'; write 1e-3 without quotes"),
+    (dict(steps="5"), TypeError, "steps must be an int, got the str '5'"),
+    (dict(num_generations=4.0), TypeError, "num_generations must be an int"),
+    (dict(steps=True), TypeError, "steps must be an int, got the bool True"),
+    (dict(temperature=float("nan")), ValueError, "temperature must be > 0, got nan"),
+    (dict(top_p=0.0), ValueError, "top_p must be > 0 and <= 1"),
+    (dict(partner_temperature=-1), ValueError, "partner_temperature must be >= 0"),
+    (dict(weight_decay=-0.1), ValueError, "weight_decay must be >= 0"),
+    (dict(max_grad_norm=0), ValueError, "max_grad_norm must be > 0"),
+    (dict(beta=float("inf")), ValueError, "beta must be >= 0, got inf"),
+    (dict(seed=-1), ValueError, "seed must be an int >= 0"),
+    (dict(max_new_tokens=0), ValueError, "max_new_tokens must be an int >= 1"),
+    (dict(protocol_options=[("rounds", 2)]), TypeError, "protocol_options must be a dict"),
+    (dict(progress="no"), TypeError, "progress must be True or False"),
+    (dict(lora={"r": 0}), ValueError, "LoraSettings.r must be an int >= 1"),
+    (dict(lora={"target_modules": "c_attn"}), TypeError, "target_modules must be a non-empty list"),
+])
+def test_every_config_field_is_checked_with_one_line(kwargs, error, message):
+    with pytest.raises(error, match=message.replace("(", "\\(").replace(")", "\\)").replace(".", "\\.")) as info:
+        CRLConfig(**kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_config_checks_of_the_baselines():
+    with pytest.raises(TypeError, match="LOORewardConfig.counterfactual_samples must be an int, got the str '2'"):
+        LOORewardConfig(counterfactual_samples="2")
+    with pytest.raises(ValueError, match="ShapleyCreditConfig.coalitions_per_question must be an int >= 1"):
+        ShapleyCreditConfig(coalitions_per_question=0)
+    assert LOORewardConfig(num_generations=1).num_generations == 1  # its counterfactual baseline needs no group
+    assert CRLConfig(advantage="none", num_generations=1).num_generations == 1
+
+
+def test_group_std_with_one_generation_was_nan_and_is_now_refused():
+    """The defect: group_mean_std over a group of 1 divides by std = NaN, and every weight became NaN."""
+    from trainers import compute_advantages
+
+    assert torch.isnan(compute_advantages("group_mean_std", torch.tensor([[1.0], [0.0]]))).all()
+    with pytest.raises(ValueError, match="set num_generations >= 2"):
+        CRLConfig(advantage="group_mean_std", num_generations=1)
+
+
+# ---------------------------------------------------------------------- resume (issue 14, defect 7)
+def test_resume_only_with_the_same_settings(pool, train_task, tmp_path, capsys):
+    def make(**overrides):
+        cfg = dict(steps=1, learning_rate=1e-2, output_dir=str(tmp_path), tensorboard=False, **FAST)
+        return DigitRewardTrainer("vote", pool, train_task, learner="model_1", config=CRLConfig(**{**cfg, **overrides}))
+
+    first = make()
+    first.fit()
+    trained = _weights(first)
+    capsys.readouterr()
+    again = make(steps=2)  # more steps of the same run: resumes, and says so in one line
+    assert again.load_checkpoint() and again.step == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "resumed from" in out[0] and "checkpoint-000001 at step 1; same settings" in out[0]
+    assert all(torch.equal(trained[n], w) for n, w in _weights(again).items())
+
+    changed = make(learning_rate=1e-3)  # the README user's case: another lr, same output_dir
+    with pytest.raises(ValueError, match="config.learning_rate: 0.01 -> 0.001.*use a new output_dir") as info:
+        changed.fit()
+    assert "\n" not in str(info.value) and changed.step == 0
+    with pytest.raises(ValueError, match="learner: 'model_1' -> 'model_0'|trainer:"):
+        CRLTrainer("vote", agents.pool([pool["model_1"], pool["model_0"]]), train_task, learner="model_0",
+                   config=CRLConfig(steps=1, learning_rate=1e-2, output_dir=str(tmp_path), tensorboard=False,
+                                    **FAST)).fit()
+    assert changed.load_checkpoint(strict=False) and changed.step == 1  # on request: loads, naming the difference
+    assert "settings differ (config.learning_rate: 0.01 -> 0.001)" in capsys.readouterr().out
+
+    fresh = make(learning_rate=1e-3)
+    history = fresh.fit(resume=False)  # start over: the old run's checkpoints and metrics go
+    assert [h["step"] for h in history] == [1]
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["step"] == 1
+    state = json.loads((tmp_path / "checkpoint-000001" / "state.json").read_text())
+    assert state["config"]["learning_rate"] == 1e-3
 
 
 # ---------------------------------------------------------------------- errors
