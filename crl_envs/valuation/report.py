@@ -120,8 +120,8 @@ class Measure(Mapping[str, float]):
 
     ``draws`` (sampled estimators only) is ``(models, draws)``: the estimate's independent Monte Carlo
     draws (one per permutation, or per antithetic pair), as means over questions; their mean is the
-    estimate. The bootstrap resamples them along with the questions, so CIs include the Monte Carlo
-    error of the sampled permutations, not only the questions' sampling error."""
+    estimate. CIs then add the Monte Carlo error of the sampled permutations to the questions'
+    sampling error (see :func:`bootstrap_cis`)."""
 
     name: str
     ids: list[str]
@@ -155,10 +155,12 @@ def bootstrap_cis(tables: Mapping[str, np.ndarray], *, resamples: int = 2000, le
     """Percentile CIs of per-model means, resampling questions (the same resamples for every
     measure, so measures stay paired). Returns ``name -> (models, 2)``.
 
-    A measure with Monte Carlo ``draws[name]`` (``(models, draws)``, see :class:`Measure`) is also
-    resampled over its draws, independently of the questions: each resample's estimate is the
-    question-resampled mean plus the draw-resampled mean's deviation from the estimate. Its variance
-    is the questions' plus the Monte Carlo error's (the crossed design's two main effects)."""
+    A measure with Monte Carlo ``draws[name]`` (``(models, draws)``, see :class:`Measure`) has two
+    independent sources of error: the questions and the sampled permutations. Its CI is
+    ``estimate ± t(df) * sqrt(var_q + var_mc)``: ``var_q`` the variance of the question-resampled means
+    (permutations fixed), ``var_mc = s^2 / draws`` the Monte Carlo variance from the spread of the
+    draws, and ``df`` Welch-Satterthwaite's (``questions - 1`` and ``draws - 1`` degrees of freedom),
+    so that a budget of a few permutations gets the wide interval it needs."""
     check_ci_options(level, resamples)
     q = next(iter(tables.values())).shape[1]
     rng = np.random.default_rng(seed)
@@ -168,13 +170,20 @@ def bootstrap_cis(tables: Mapping[str, np.ndarray], *, resamples: int = 2000, le
     for name, table in tables.items():
         means = table[:, idx].mean(axis=-1)  # (models, resamples)
         mc = None if draws is None else draws.get(name)
-        if mc is not None:
-            mc = np.asarray(mc, float)
-            if mc.ndim != 2 or mc.shape[0] != table.shape[0] or mc.shape[1] < 2:
-                raise ValueError(f"{name}: Monte Carlo draws must be (models, >= 2 draws), got shape {mc.shape}")
-            jdx = rng.integers(0, mc.shape[1], size=(resamples, mc.shape[1]))
-            means = means + (mc[:, jdx].mean(axis=-1) - mc.mean(axis=1, keepdims=True))
-        out[name] = np.quantile(means, [alpha, 1 - alpha], axis=1).T
+        if mc is None:
+            out[name] = np.quantile(means, [alpha, 1 - alpha], axis=1).T
+            continue
+        mc = np.asarray(mc, float)
+        if mc.ndim != 2 or mc.shape[0] != table.shape[0] or mc.shape[1] < 2:
+            raise ValueError(f"{name}: Monte Carlo draws must be (models, >= 2 draws), got shape {mc.shape}")
+        var_q = means.var(axis=1, ddof=1)
+        var_mc = mc.var(axis=1, ddof=1) / mc.shape[1]
+        total = var_q + var_mc
+        with np.errstate(invalid="ignore", divide="ignore"):
+            df = total**2 / (var_q**2 / max(q - 1, 1) + var_mc**2 / (mc.shape[1] - 1))
+        half = np.where(total > 0, stats.t.ppf(1 - alpha, np.where(total > 0, df, 1.0)) * np.sqrt(total), 0.0)
+        estimate = table.mean(axis=1)
+        out[name] = np.stack([estimate - half, estimate + half], axis=1)
     return out
 
 
