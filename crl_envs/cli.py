@@ -1,22 +1,43 @@
 """The ``crl-envs`` command line.
 
-Subcommands register themselves in :data:`SUBCOMMANDS` (``name -> (add_arguments, run, help)``), so
-each package adds its own (in a module listed in ``_load_plugins``) without touching the others.
+Subcommands register themselves in :data:`SUBCOMMANDS` (``name -> (add_arguments, run, help)``).
+Subcommands of other packages are listed in :data:`PLUGINS` (``name -> (module, help)``); a plugin's
+module is imported only when its subcommand is chosen, so ``crl-envs --help`` and a mistyped
+command answer at once, without importing torch or transformers.
+
+Errors a user can fix (bad options, missing files, an unreachable hub, ...) print one line and exit
+with status 2; ``CRL_ENVS_TRACEBACK=1`` shows the full traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
 Subcommand = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
 SUBCOMMANDS: dict[str, Subcommand] = {}
+#: Subcommands defined elsewhere: ``name -> (module that registers it in SUBCOMMANDS, help)``.
+PLUGINS: dict[str, tuple[str, str]] = {
+    "value": ("crl_envs.valuation.cli",
+              "value a pool's models: individual vs LOO/Shapley/Banzhaf, table + JSON + PNG"),
+}
+#: What a user can fix from the message alone: shown as one line (exit status 2).
+USER_ERRORS = (ValueError, TypeError, KeyError, OSError, ImportError, RuntimeError)
+
+
+def add_task_arguments(p: argparse.ArgumentParser) -> None:
+    """``--task-option KEY=VALUE`` (repeatable): options of ``crl_envs.tasks.load``."""
+    p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="task option, e.g. --task-option path=test.jsonl (GSM8K offline) or "
+                        "--task-option digits=3 (repeatable)")
 
 
 def _add_play(p: argparse.ArgumentParser) -> None:
     p.add_argument("--protocol", default="debate", help="protocol name (default: debate)")
     p.add_argument("--task", default="arith", help="task name (default: arith)")
+    add_task_arguments(p)
     p.add_argument("--pool", default="zoo", help="'zoo', 'scripted', or comma-separated agent specs")
     p.add_argument("--n", type=int, default=3, help="number of questions")
     p.add_argument("--seed", type=int, default=0)
@@ -43,19 +64,26 @@ def build_pool(spec: str):
     return agents.pool([s.strip() for s in spec.split(",") if s.strip()])
 
 
-def parse_options(pairs: Sequence[str]) -> dict:
+def parse_options(pairs: Sequence[str], flag: str = "--option") -> dict:
+    """``["rounds=3", "path=a.jsonl"]`` -> ``{"rounds": 3, "path": "a.jsonl"}`` (values read as JSON
+    where they parse, else kept as text)."""
     import json
 
     out = {}
     for pair in pairs:
-        if "=" not in pair:
-            raise SystemExit(f"--option expects KEY=VALUE, got {pair!r}")
-        key, value = pair.split("=", 1)
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{flag} expects KEY=VALUE, got {pair!r} (e.g. {flag} rounds=3)")
         try:
-            out[key] = json.loads(value)
+            out[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
-            out[key] = value
+            out[key.strip()] = value
     return out
+
+
+def task_options(args: argparse.Namespace) -> dict:
+    """The ``--task-option`` pairs of ``args`` as keyword arguments for ``crl_envs.tasks.load``."""
+    return parse_options(getattr(args, "task_option", []) or [], flag="--task-option")
 
 
 def _run_play(args: argparse.Namespace) -> int:
@@ -66,11 +94,13 @@ def _run_play(args: argparse.Namespace) -> int:
     from crl_envs.runner import total_usage
 
     factory = protocols.get(args.protocol)
-    task = tasks.load(args.task, n=args.n, seed=args.seed)
+    options = parse_options(args.option)
+    protocols.check_options(factory, options)  # before loading any model
+    task = tasks.load(args.task, n=args.n, seed=args.seed, **task_options(args))
     pool = build_pool(args.pool)
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     episodes = run_episodes(factory, pool, task, seed=args.seed, sampling=sampling,
-                            options=parse_options(args.option), progress=not args.quiet)
+                            options=options, progress=not args.quiet)
     for ep in episodes:
         if args.quiet:
             continue
@@ -82,7 +112,7 @@ def _run_play(args: argparse.Namespace) -> int:
         print(f"  -> system answer {ep.answer!r}, score {ep.score:g}")
     usage = total_usage(episodes)
     tokens = sum(u.total_tokens for u in usage.values())
-    print(f"{factory(pool, task).metadata['name']} on {task.name} with {pool!r}: "
+    print(f"{episodes[0].protocol} on {task.name} with {pool!r}: "
           f"mean score {np.mean([e.score for e in episodes]):.3f} over {len(episodes)} questions, "
           f"{tokens / len(episodes):.0f} tokens per question")
     return 0
@@ -91,35 +121,75 @@ def _run_play(args: argparse.Namespace) -> int:
 SUBCOMMANDS["play"] = (_add_play, _run_play, "play episodes and print transcripts and scores")
 
 
-def _load_plugins() -> None:
-    """Import the modules that register further subcommands (they may be absent in a partial install)."""
-    import importlib
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (its first word that is not an option), if any."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+    return None
 
-    for module in ("crl_envs.valuation.cli",):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
+
+def _describe(error: BaseException) -> str:
+    """One line for ``error``: its message, with the exception's name where the message alone is unclear."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, KeyError) and error.args:
+        text = str(error.args[0])
+    if isinstance(error, (OSError, TypeError, ImportError)) and type(error).__name__ not in text:
+        text = f"{type(error).__name__}: {text}"
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from transformers.utils import logging as hf_logging
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_of(argv)
+    traceback_wanted = os.environ.get("CRL_ENVS_TRACEBACK", "") not in ("", "0")
+    known = list(dict.fromkeys([*SUBCOMMANDS, *PLUGINS]))
+    if command is not None and command not in known:
+        import difflib
 
-    hf_logging.disable_progress_bar()  # one bar per loaded model would drown the command's own progress
-    _load_plugins()
+        close = difflib.get_close_matches(command, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        print(f"crl-envs: error: unknown command {command!r}{hint}; commands: {', '.join(known)} "
+              "(crl-envs --help)", file=sys.stderr)
+        return 2
+    try:
+        if command in PLUGINS and command not in SUBCOMMANDS:
+            import importlib
+
+            importlib.import_module(PLUGINS[command][0])  # registers the subcommand
+    except USER_ERRORS as e:
+        if traceback_wanted:
+            raise
+        print(f"crl-envs {command}: error: {_describe(e)}", file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(prog="crl-envs", description="multi-LLM collaboration environments")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (add_arguments, _run, help_text) in SUBCOMMANDS.items():
-        add_arguments(sub.add_parser(name, help=help_text))
+    for name in known:
+        if name in SUBCOMMANDS:
+            add_arguments, _run, help_text = SUBCOMMANDS[name]
+            sp = sub.add_parser(name, help=help_text)
+            if name == command:  # only the chosen subcommand needs its arguments
+                add_arguments(sp)
+        else:
+            sub.add_parser(name, help=PLUGINS[name][1])
     args = parser.parse_args(argv)
     _add, run, _help = SUBCOMMANDS[args.command]
     try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # one bar per loaded model would drown the command's own progress
+    except ImportError:  # pragma: no cover
+        pass
+    try:
         return run(args)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        print(f"crl-envs {args.command}: error: {e}", file=sys.stderr)
+    except USER_ERRORS as e:
+        if traceback_wanted:
+            raise
+        print(f"crl-envs {args.command}: error: {_describe(e)}", file=sys.stderr)
         return 2
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m crl_envs.cli: run the imported module, whose SUBCOMMANDS plugins fill
+    from crl_envs.cli import main as _main
+
+    sys.exit(_main())

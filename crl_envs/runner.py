@@ -5,6 +5,7 @@ Valuation, the trainers, the CLI and the examples all play episodes through :fun
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -12,10 +13,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from agents import Agent, Generation, Message, Pool, Request, SamplingParams, stable_hash
+from agents import Agent, Generation, Message, Pool, Request, SamplingParams, from_spec, stable_hash
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
+from crl_envs.options import check_int
 from crl_envs.protocols.base import ProtocolEnv
 from crl_envs.tasks import Example, Task
 
@@ -100,7 +102,7 @@ def run_episodes(
     coalition: Sequence[str | int] | None = None,
     samples: int = 1,
     seed: int = 0,
-    policies: Mapping[str, Agent] | None = None,
+    policies: Mapping[str, Agent | str] | None = None,
     batch_size: int | None = None,
     progress: bool = True,
     sampling: SamplingParams | Mapping[str, SamplingParams] | None = None,
@@ -117,28 +119,37 @@ def run_episodes(
         samples: episodes per question; sample ``k`` gets its own sampling seeds.
         seed: the run's seed; every request's sampling seed derives from it, the example, the
             sample, the agent and the phase, so results do not depend on batching.
-        policies: ``agent id -> Agent`` overrides (e.g. the learner's current policy).
+        policies: ``agent id -> Agent`` overrides (e.g. the learner's current policy); a spec string
+            (``"hf:path"``, ``"zoo:zoo-small"``) is built with :func:`agents.from_spec` once per call.
         batch_size: the most requests in one ``generate`` call (default: all of a phase).
         sampling: sampling settings, for all agents or per agent id (default: greedy, 256 tokens).
         examples: indices or ids of the task's examples to play (default: all).
-        options: keyword arguments for the protocol factory (e.g. ``{"rounds": 3}``).
+        options: keyword arguments for the protocol factory (e.g. ``{"rounds": 3}``); checked against
+            the protocol's valid options before anything runs.
         record: agent ids whose token ids and log-probs are kept (default: the overridden ones).
 
     Returns:
         Episodes ordered by example, then sample.
     """
+    # every argument is checked before a model is built or a token generated
     factory = protocols.get(protocol)
+    samples = check_int("samples", samples, minimum=1)
+    batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
+    seed = check_int("seed", seed)
+    if options is not None and not isinstance(options, Mapping):
+        raise TypeError(f"options must be a dict of protocol options (e.g. {{'rounds': 3}}), got {type(options).__name__}")
+    options = dict(options or {})
+    protocols.check_options(factory, options)
+    _check_sampling(sampling)
+    if policies is not None and not isinstance(policies, Mapping):
+        raise TypeError(f"policies must be a dict agent id -> Agent or spec string, got {type(policies).__name__}")
     pool = pool if isinstance(pool, Pool) else make_pool(pool)
     task = task if isinstance(task, Task) else task_registry.load(task)
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
-    if batch_size is not None and batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    policies = dict(policies or {})
-    unknown = set(policies) - set(pool.ids)
+    unknown = set(policies or {}) - set(pool.ids)
     if unknown:
         raise ValueError(f"policies name unknown agents {sorted(unknown)}; pool agents are {pool.ids}")
     chosen = _select_examples(task, examples)
+    policies = {agent_id: _policy(agent_id, p) for agent_id, p in (policies or {}).items()}
     recorded = set(record) if record is not None else set(policies)
 
     envs: list[ProtocolEnv] = []
@@ -146,18 +157,29 @@ def run_episodes(
     obs_infos = []
     for ex in chosen:
         for s in range(samples):
-            env = factory(pool, task, **dict(options or {}))
+            env = factory(pool, task, **options)
             _, infos = env.reset(seed=stable_hash(seed, ex.id, s) % (2**32), options={"coalition": coalition, "example": ex})
             envs.append(env)
             keys.append((ex, s))
             obs_infos.append(infos)
     protocol_name = envs[0].metadata["name"] if envs else getattr(factory, "__name__", str(protocol))
+    if envs and isinstance(sampling, Mapping):
+        stray = set(sampling) - set(envs[0].possible_agents)
+        if stray:
+            raise ValueError(f"sampling names unknown agents {sorted(stray)}; agents of {protocol_name} are "
+                             f"{envs[0].possible_agents}")
 
     transcripts: list[list[TurnRecord]] = [[] for _ in envs]
     usages: list[dict[str, Usage]] = [{} for _ in envs]
     live = list(range(len(envs)))
-    bar = tqdm(total=len(envs), desc=f"{protocol_name} episodes", disable=not progress, leave=False)
+    # The bar counts generated tokens, after every model's batched call: in lockstep every episode
+    # ends in the last phase, so a count of finished episodes would sit at 0 and then jump to the end.
+    bar = tqdm(desc=f"{protocol_name}, {len(envs)} episodes", unit="tok", unit_scale=True, disable=not progress,
+               leave=False)
+    finished = 0
     while live:
+        phase_names = sorted({obs_infos[i][a]["phase"] for i in live for a in obs_infos[i] if obs_infos[i][a].get("active")})
+        bar.set_postfix_str(f"phase {'/'.join(phase_names)}, {finished}/{len(envs)} episodes done")
         # 1. every active agent's prompt across live instances; 2. one batched call per Agent
         items = [
             (i, agent_id, model, req)
@@ -166,7 +188,8 @@ def run_episodes(
                 envs[i], obs_infos[i], keys[i][0], keys[i][1], seed=seed, policies=policies, sampling=sampling
             )
         ]
-        gens = generate_grouped([(model, req) for _, _, model, req in items], batch_size=batch_size)
+        gens = generate_grouped([(model, req) for _, _, model, req in items], batch_size=batch_size,
+                                on_batch=lambda done: bar.update(sum(g.completion_tokens for g in done)))
         actions: dict[int, dict[str, str]] = {i: {} for i in live}
         finish_reasons: dict[int, dict[str, str]] = {i: {} for i in live}
         for (i, agent_id, model, req), gen in zip(items, gens):
@@ -198,8 +221,9 @@ def run_episodes(
                 obs_infos[i] = infos
                 still.append(i)
             else:
-                bar.update(1)
+                finished += 1
         live = still
+    bar.set_postfix_str(f"{finished}/{len(envs)} episodes done")
     bar.close()
 
     episodes = []
@@ -232,7 +256,7 @@ def phase_requests(
     sample: int = 0,
     *,
     seed: int = 0,
-    policies: Mapping[str, Agent] | None = None,
+    policies: Mapping[str, Agent | str] | None = None,
     sampling: SamplingParams | Mapping[str, SamplingParams] | None = None,
 ) -> list[tuple[str, Agent, Request]]:
     """``(agent id, model, request)`` for every agent active in ``env``'s current phase.
@@ -255,9 +279,15 @@ def phase_requests(
     return out
 
 
-def generate_grouped(items: Sequence[tuple[Agent, Request]], *, batch_size: int | None = None) -> list[Generation]:
+def generate_grouped(
+    items: Sequence[tuple[Agent, Request]],
+    *,
+    batch_size: int | None = None,
+    on_batch: Callable[[list[Generation]], None] | None = None,
+) -> list[Generation]:
     """One generation per ``(model, request)``, in order, with one batched ``generate`` per model
-    (split into ``batch_size`` chunks if given). ``Generation.seconds`` is each request's share."""
+    (split into ``batch_size`` chunks if given). ``Generation.seconds`` is each request's share;
+    ``on_batch`` (e.g. a progress bar) sees each batch's generations as soon as they are done."""
     groups: dict[int, tuple[Agent, list[int]]] = {}
     for k, (model, _) in enumerate(items):
         groups.setdefault(id(model), (model, []))[1].append(k)
@@ -280,23 +310,55 @@ def generate_grouped(items: Sequence[tuple[Agent, Request]], *, batch_size: int 
             for k, g in zip(chunk, gens):
                 g.seconds = share
                 out[k] = g
+            if on_batch is not None:
+                on_batch(list(gens))
     return out  # type: ignore[return-value]
 
 
 def _select_examples(task: Task, examples: Sequence[int | str] | None) -> list[Example]:
     if examples is None:
         return list(task.examples)
+    if isinstance(examples, (str, int, Example)):
+        raise TypeError(f"examples must be a list of indices or example ids, got {examples!r}; "
+                        f"e.g. examples=[{examples!r}]")
     out = []
     for e in examples:
         if isinstance(e, Example):
             out.append(e)
         elif isinstance(e, str):
             out.append(task.by_id(e))
-        else:
+        elif isinstance(e, numbers.Integral) and not isinstance(e, bool):
             if not 0 <= int(e) < len(task):
-                raise ValueError(f"example index {e} out of range for a task of {len(task)}")
+                raise ValueError(f"example index {e} out of range for a task of {len(task)} (valid: 0..{len(task) - 1})")
             out.append(task[int(e)])
+        else:
+            raise TypeError(f"examples must hold int indices, example ids (str) or Examples; got {e!r} "
+                            f"({type(e).__name__}): pass examples=[int(i) for i in ...] for indices")
     return out
+
+
+def _check_sampling(sampling: Any) -> None:
+    """``None``, one ``SamplingParams``, or ``agent id -> SamplingParams``; anything else fails now."""
+    if sampling is None or isinstance(sampling, SamplingParams):
+        return
+    if not isinstance(sampling, Mapping):
+        raise TypeError(f"sampling must be a SamplingParams (for every agent) or a dict agent id -> SamplingParams, "
+                        f"got {type(sampling).__name__}; e.g. sampling=SamplingParams(temperature=0.7)")
+    for agent_id, params in sampling.items():
+        if not isinstance(params, SamplingParams):
+            example = f"SamplingParams(temperature={params!r})" if isinstance(params, (int, float)) else "SamplingParams(...)"
+            raise TypeError(f"sampling[{agent_id!r}] must be a SamplingParams, got {params!r} "
+                            f"({type(params).__name__}); e.g. sampling={{{agent_id!r}: {example}}}")
+
+
+def _policy(agent_id: str, policy: Any) -> Agent:
+    """A policy override as an Agent: spec strings are built with ``agents.from_spec``."""
+    if isinstance(policy, Agent):
+        return policy
+    if isinstance(policy, str):
+        return from_spec(policy)
+    raise TypeError(f"policies[{agent_id!r}] must be an agents.Agent or a spec string such as 'hf:path/to/model', "
+                    f"got {type(policy).__name__}")
 
 
 DEFAULT_SAMPLING = SamplingParams(temperature=0.0, max_new_tokens=256)

@@ -232,3 +232,40 @@ def test_every_protocol_runs_on_real_models(name, tiny_model_dir, arith_task):
     usage = crl_envs.total_usage(eps)
     assert sum(u.calls for u in usage.values()) == sum(len(e.transcript) for e in eps) > 0
     assert all(u.prompt_tokens > 0 and u.completion_tokens > 0 for u in usage.values())
+
+
+@pytest.mark.parametrize("name", list(PROTOCOLS))
+def test_unknown_option_lists_the_documented_options(name, scripted_pool, arith_task):
+    """A typo in an option names the closest valid one and lists every option the docstring documents."""
+    doc = inspect.getmodule(PROTOCOLS[name]).__doc__
+    (row,) = re.findall(r"^\| Arguments \|(.*)\|$", doc, re.M)
+    documented = re.findall(r"``([a-z_]+)``", row)  # option names; quoted values (``"llm"``) do not match
+    typo = documented[0][:-1]
+    with pytest.raises(ValueError) as caught:
+        PROTOCOLS[name](scripted_pool, arith_task, **{typo: 1})
+    message = str(caught.value)
+    assert message.startswith(f"{name}_v0: unknown option {typo!r} (did you mean {documented[0]!r}?)")
+    listed = message.split("valid options: ")[1].split(", ")
+    assert sorted(listed) == sorted(documented)
+    assert crl_envs.protocols.valid_options(name) == listed
+
+
+def test_reset_options_passed_to_the_factory_point_to_reset(scripted_pool, arith_task):
+    with pytest.raises(ValueError, match=r"unknown option 'coalition' \(a reset option.*coalition=\[\.\.\.\]"):
+        crl_envs.debate_v0(scripted_pool, arith_task, coalition=["model_0"])
+    with pytest.raises(ValueError, match=r"unknown options 'example' \(a reset option.*'roundz' \(did you mean 'rounds'"):
+        crl_envs.debate_v0(scripted_pool, arith_task, example=0, roundz=2)
+
+
+@pytest.mark.parametrize("value, error", [("100", TypeError), (100.0, TypeError), (True, TypeError), (0, ValueError)])
+def test_max_action_chars_must_be_a_positive_int(value, error, scripted_pool, arith_task):
+    with pytest.raises(error, match="max_action_chars must be an int >= 1"):
+        crl_envs.vote_v0(scripted_pool, arith_task, max_action_chars=value)
+
+
+def test_protocol_roster_is_known_without_importing_the_protocols():
+    """``crl_envs.PROTOCOL_MODULES`` (what ``import crl_envs`` registers with PettingZoo, lazily) lists
+    exactly the protocols of ``crl_envs.protocols.PROTOCOLS``."""
+    assert list(crl_envs.PROTOCOL_MODULES) == list(PROTOCOLS)
+    for name, module in crl_envs.PROTOCOL_MODULES.items():
+        assert inspect.getmodule(PROTOCOLS[name]).__name__ == module

@@ -66,6 +66,8 @@ def model_dir(name: str) -> Path:
 
 def load(names: Sequence[str] | None = None, *, batch_size: int = 256):
     """The zoo as a :class:`agents.Pool` of :class:`agents.HFAgent` (all models, or ``names`` in that order)."""
+    from transformers.utils import logging as hf_logging
+
     from agents.hf import HFAgent
     from agents.pool import Pool
 
@@ -73,7 +75,16 @@ def load(names: Sequence[str] | None = None, *, batch_size: int = 256):
     if not chosen:
         raise ValueError("load(names=[]) asks for an empty zoo; pass None for all models or some of "
                          f"{list(NAMES)}")
-    return Pool([HFAgent(model_dir(n), name=n, batch_size=batch_size) for n in chosen])
+    dirs = [model_dir(n) for n in chosen]
+    # transformers draws a "Loading weights" bar per model (and one more per tokenizer): ten bars for a
+    # pool that loads in about a second. Hidden while the zoo loads; the caller's setting is restored.
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return Pool([HFAgent(d, name=n, batch_size=batch_size) for n, d in zip(chosen, dirs)])
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def agents_list() -> list:

@@ -27,6 +27,7 @@ from pettingzoo import ParallelEnv
 from agents import Agent, Message, Pool
 from agents import pool as make_pool
 from crl_envs import tasks as task_registry
+from crl_envs.options import check_int, keyword_options, unknown_option_message
 from crl_envs.spaces import TextSpace, prompt_space
 from crl_envs.tasks import Example, Task
 
@@ -112,15 +113,16 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         prompts: Mapping[str, str] | None = None,
         max_action_chars: int = MAX_ACTION_CHARS,
         render_mode: str | None = None,
+        **unknown: Any,
     ):
+        if unknown:
+            type(self).check_options(unknown)
         self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
         self.task = task if isinstance(task, Task) else task_registry.load(task)
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
         self.render_mode = render_mode
-        if max_action_chars < 1:
-            raise ValueError(f"max_action_chars must be >= 1, got {max_action_chars}")
-        self.max_action_chars = max_action_chars
+        self.max_action_chars = check_int("max_action_chars", max_action_chars, minimum=1)
         unknown = set(prompts or {}) - set(self.PROMPTS)
         if unknown:
             raise ValueError(
@@ -139,6 +141,32 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         self._phase: Phase | None = None
         self._phase_index = 0
         self.np_random = np.random.default_rng()
+
+    # ------------------------------------------------------------------ options
+    #: Names that are ``reset`` options or runner arguments, never constructor options: where they go.
+    NOT_OPTIONS = {
+        "coalition": "a reset option, not a protocol option: pass run_episodes(..., coalition=[...]) or "
+                     "env.reset(options={'coalition': [...]})",
+        "example": "a reset option, not a protocol option: pass run_episodes(..., examples=[...]) or "
+                   "env.reset(options={'example': ...})",
+        "seed": "a reset argument: pass run_episodes(..., seed=...) or env.reset(seed=...)",
+        "samples": "a runner argument: pass run_episodes(..., samples=...)",
+        "sampling": "a runner argument: pass run_episodes(..., sampling=SamplingParams(...))",
+    }
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        """The keyword options of this protocol's constructor, its own first (walks the class hierarchy)."""
+        return keyword_options(*(k.__init__ for k in cls.__mro__ if issubclass(k, ProtocolEnv) and "__init__" in vars(k)))
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Raise a ``ValueError`` naming every option in ``options`` the constructor does not take,
+        with the closest valid name and the list of valid ones."""
+        valid = cls.option_names()
+        unknown = [k for k in options if k not in valid]
+        if unknown:
+            raise ValueError(unknown_option_message(cls.metadata["name"], unknown, valid, cls.NOT_OPTIONS))
 
     # ------------------------------------------------------------------ roles and spaces
     def add_role(self, agent_id: str, agent: Agent | str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from crl_envs.cli import SUBCOMMANDS, build_pool, parse_options
+from crl_envs.cli import SUBCOMMANDS, add_task_arguments, build_pool, parse_options, task_options
 
 DEFAULT_QUESTIONS = 200
 """Exact valuation of the 5-model zoo under debate at 50 questions: ~4 CPU-minutes on this 2-core
@@ -23,6 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--protocol", default="debate", help="protocol name (default: debate)")
     p.add_argument("--task", default="arith", help="task name (default: arith)")
+    add_task_arguments(p)
     p.add_argument("--pool", default="zoo", help="'zoo', 'scripted', or comma-separated agent specs")
     p.add_argument("--estimator", default="exact", choices=ESTIMATORS,
                    help="exact: Shapley+Banzhaf+LOO (2^n-1 coalitions); loo: n+1; permutation/antithetic: needs --budget")
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
-    task = tasks.load(args.task, split=args.split, n=args.n, seed=args.seed)
+    task = tasks.load(args.task, split=args.split, n=args.n, seed=args.seed, **task_options(args))
     pool = build_pool(args.pool)
     sampling = SamplingParams(temperature=args.temperature,
                               max_new_tokens=args.max_new_tokens or DEFAULT_SAMPLING.max_new_tokens)

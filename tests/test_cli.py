@@ -1,0 +1,155 @@
+"""The ``crl-envs`` command line: lazy start-up, one-line errors (exit status 2) naming the fix,
+and task options (``--task-option``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from crl_envs.cli import main
+
+HEAVY = ("torch", "transformers", "scipy", "datasets")
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_line_error(err: str, command: str = "play") -> str:
+    """The error line; fails unless stderr holds exactly one line that is the error (no traceback)."""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"crl-envs {command}: error: ") or lines[0].startswith("crl-envs: error: "), lines[0]
+    return lines[0]
+
+
+def test_help_and_a_typo_import_nothing_heavy():
+    """What made ``--help`` take 3.6-6 s (transformers, torch, scipy) is not imported before the chosen
+    subcommand runs; the timing itself is in benchmarks/cli_startup.py."""
+    probe = (
+        "import sys\n"
+        "from crl_envs.cli import main\n"
+        "for argv in (['--help'], ['vaule'], ['play', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+    assert "play" in out.stdout and "value" in out.stdout  # --help lists both subcommands
+
+
+def test_mistyped_command_suggests_the_right_one(capsys):
+    code, _, err = run_cli(capsys, "vaule")
+    assert code == 2
+    line = one_line_error(err)
+    assert "unknown command 'vaule' (did you mean 'value'?)" in line and "play, value" in line
+
+
+def test_protocol_option_typo_lists_valid_options(capsys):
+    code, _, err = run_cli(capsys, "play", "--pool", "scripted", "--option", "round=3", "--quiet")
+    assert code == 2
+    line = one_line_error(err)
+    assert "unknown option 'round' (did you mean 'rounds'?)" in line
+    assert "valid options: rounds, prompts, max_action_chars, render_mode" in line
+
+
+def test_malformed_option_pair(capsys):
+    code, _, err = run_cli(capsys, "play", "--pool", "scripted", "--task-option", "digits")
+    assert code == 2
+    assert "--task-option expects KEY=VALUE, got 'digits'" in one_line_error(err)
+
+
+def test_type_error_is_one_line(capsys):
+    """A number given as a JSON string reaches the env as a str: a TypeError, reported in one line."""
+    code, _, err = run_cli(capsys, "play", "--pool", "scripted", "--option", 'max_action_chars="100"', "--quiet")
+    assert code == 2
+    line = one_line_error(err)
+    assert "TypeError: max_action_chars must be an int >= 1, got '100' (str)" in line
+
+
+def test_missing_model_is_one_line(capsys, tmp_path):
+    """An OSError from loading a model (not a directory, not on the offline hub): one line naming the fix."""
+    code, _, err = run_cli(capsys, "play", "--pool", f"hf:{tmp_path / 'no-such-model'}", "--quiet")
+    assert code == 2
+    line = one_line_error(err)
+    assert "HFAgent could not load" in line and "save_pretrained" in line
+
+
+def test_directory_without_a_model_is_one_line(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "play", "--pool", f"hf:{tmp_path}", "--quiet")
+    assert code == 2
+    assert "config.json" in one_line_error(err)
+
+
+def test_gsm8k_without_the_hub_names_task_option_path(capsys, monkeypatch):
+    """The hub is off (HF_HUB_OFFLINE, as in conftest): a ConnectionError in one line, naming the fix."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    code, _, err = run_cli(capsys, "play", "--task", "gsm8k", "--pool", "scripted", "--quiet")
+    assert code == 2
+    line = one_line_error(err)
+    assert "ConnectionError" in line or "HubUnavailableError" in line
+    assert "--task-option path=" in line
+
+
+def test_unknown_task_option_is_named(capsys):
+    code, _, err = run_cli(capsys, "play", "--pool", "scripted", "--task-option", "digit=3", "--quiet")
+    assert code == 2
+    assert "task 'arith': unknown option 'digit' (did you mean 'digits'?)" in one_line_error(err)
+
+
+def test_task_option_path_runs_gsm8k_offline(capsys, tmp_path):
+    rows = [{"question": f"Tom has {k} apples and buys {k + 1} more. How many?", "answer": f"... #### {2 * k + 1}"}
+            for k in range(5)]
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = run_cli(capsys, "play", "--protocol", "vote", "--task", "gsm8k", "--task-option", f"path={path}",
+                             "--n", "3", "--pool", "scripted")
+    assert code == 0, err
+    assert "vote_v0 on gsm8k" in out
+    questions = re.findall(r"^=== test-\d+: (.*?)  \(reference (\d+)\)$", out, re.M)
+    assert len(questions) == 3
+    for question, reference in questions:
+        k = int(re.search(r"has (\d+)", question).group(1))
+        assert int(reference) == 2 * k + 1
+
+
+def test_task_option_digits(capsys):
+    code, out, _ = run_cli(capsys, "play", "--protocol", "vote", "--task-option", "digits=3", "--n", "4",
+                           "--pool", "scripted")
+    assert code == 0
+    operands = [int(x) for q in re.findall(r"^=== \S+: What is (.*?)\?", out, re.M) for x in re.findall(r"\d+", q)]
+    assert len(operands) == 8 and max(operands) >= 100  # 3-digit operands (2-digit by default)
+    assert all(x < 1000 for x in operands)
+
+
+def test_traceback_on_request(monkeypatch):
+    monkeypatch.setenv("CRL_ENVS_TRACEBACK", "1")
+    with pytest.raises(ValueError, match="did you mean 'rounds'"):
+        main(["play", "--pool", "scripted", "--option", "round=3", "--quiet"])
+
+
+def test_value_takes_task_options(capsys, tmp_path):
+    """``crl-envs value`` reads ``--task-option`` as ``play`` does: a typo is named, ``path=`` runs GSM8K offline."""
+    code, _, err = run_cli(capsys, "value", "--pool", "scripted", "--task-option", "digit=3", "--quiet")
+    assert code == 2
+    assert "unknown option 'digit' (did you mean 'digits'?)" in one_line_error(err, "value")
+    rows = [{"question": f"What is {k} + {k}?", "answer": f"#### {2 * k}"} for k in range(4)]
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = run_cli(capsys, "value", "--protocol", "vote", "--task", "gsm8k", "--task-option", f"path={path}",
+                             "--pool", "scripted", "--estimator", "loo", "--n", "3", "--no-cache",
+                             "--out", str(tmp_path / "out"), "--quiet")
+    assert code == 0, err
+    report = json.loads((tmp_path / "out" / "vote_v0-gsm8k-loo.json").read_text())
+    assert report["task"] == "gsm8k" and len(report["example_ids"]) == 3
