@@ -1,5 +1,5 @@
-"""The code sandbox: correct programs pass, and hostile programs score 0 within their limits,
-leave the test process alive and leave nothing running."""
+"""The code sandbox: correct programs pass, hostile programs score 0 within their limits, leave the
+test process alive and leave nothing running; verdicts come from the checker; no boundary, no run."""
 
 from __future__ import annotations
 
@@ -11,7 +11,16 @@ import time
 import psutil
 import pytest
 
-from crl_envs.sandbox import isolation, run_many, run_program, session_processes
+from crl_envs import sandbox
+from crl_envs.sandbox import (
+    SandboxUnavailable,
+    isolation,
+    namespace_processes,
+    run_many,
+    run_program,
+    run_tests,
+    session_processes,
+)
 
 TIMEOUT = 3.0
 
@@ -21,6 +30,7 @@ def _assert_contained(result, timeout=TIMEOUT):
     assert not result.passed
     assert result.seconds < timeout + 3.0, result
     assert session_processes(result.pid) == []
+    assert result.namespaces and all(namespace_processes(ns) == [] for ns in result.namespaces)
     assert psutil.Process().children(recursive=True) == []
 
 
@@ -221,14 +231,78 @@ def test_printing_1_gb_is_cut_off():
     _assert_contained(result, timeout=10.0)
 
 
-def test_namespaces_are_used_where_unshare_works():
-    if os.geteuid() != 0 or not os.path.exists("/usr/bin/unshare"):
-        pytest.skip("namespaces need root and unshare")
-    assert isolation()[:2] == ("unshare", "--net")
-    result = run_program("import os\nprint(os.getpid(), sorted(p for p in os.listdir('/proc') if p.isdigit()))",
-                         timeout=TIMEOUT)
-    if "--pid" in isolation():
-        assert result.stdout_tail.split()[0] == "1"  # its own PID namespace; it sees only itself
+def test_programs_run_inside_bwrap_as_uid_65534_in_their_own_namespaces():
+    assert isolation().startswith("bwrap ")
+    code = ("import os, socket\nprint(os.getuid(), os.getgid(), os.getpid(), socket.gethostname(), os.path.exists('/proc'),"
+            " sorted(os.listdir('/')))")
+    result = run_program(code, timeout=TIMEOUT)
+    uid, gid, pid, host, proc, *listing = result.stdout_tail.split(maxsplit=5)
+    assert (uid, gid, host, proc) == ("65534", "65534", "sandbox", "False")
+    assert int(pid) <= 3  # its own PID namespace (bwrap's init is 1)
+    assert "'work'" not in listing[0] and "'home'" not in listing[0] and "'etc'" in listing[0]
+
+
+def test_verdict_comes_from_the_checker():
+    program = "def f(x):\n    print('called with', x)\n    return x * 2\ndef g(xs):\n    xs.append(len(xs))"
+    ok = run_tests(program, "assert f(3) == 6\nassert f('a') == 'aa'\nys = [7]\ng(ys)\nassert ys == [7, 1]")
+    assert ok.passed and ok.status == "passed" and "called with 3" in ok.stdout_tail
+    wrong = run_tests(program, "assert f(3) == 7, 'f(3) is not 7'")
+    assert not wrong.passed and wrong.status == "failed" and "AssertionError: f(3) is not 7" in wrong.stdout_tail
+    raised = run_tests("def f(x):\n    raise KeyError(x)", "try:\n    f(1)\nexcept KeyError:\n    pass")
+    assert raised.passed  # the program's exception reaches the checker as the same builtin class
+    assert not run_tests(program, "x = 1\nassert x == 1").passed  # tests that never call the program
+    assert not run_tests(program, "assert h(1) == 1").passed  # a name the program does not define
+    objects = "class P:\n    def __init__(s, a):\n        s.a = a\ndef total(ps):\n    return sum(p.a for p in ps)"
+    assert run_tests(objects, "assert total([P(1), P(2)]) == 3\nassert P(5).a == 5").passed  # handles go back
+    assert not run_tests(objects, "assert P(1) == P(1)").passed  # but are never compared
+    assert sandbox.unbound_names("import math\ndef t(x):\n    return f(x) + math.pi\nassert t(g) == len([])") == [
+        "f", "g"]
+
+
+def test_timeouts_and_output_limits_in_run_tests():
+    slow = run_tests("def f():\n    while True:\n        pass", "assert f() == 1", timeout=2.0)
+    assert slow.status == "timeout" and slow.seconds < 5
+    loud = run_tests("def f():\n    print('x' * 10**7)", "assert f() is None", timeout=5.0, max_output_bytes=1 << 16)
+    assert loud.status == "output_limit"
+    for result in (slow, loud):
+        _assert_contained(result, timeout=5.0)
+
+
+@pytest.fixture
+def no_bwrap(monkeypatch, tmp_path):
+    """A PATH without bwrap: the sandbox finds no boundary (the cached probe is redone before and after)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(sandbox.GUARD_ONLY_ENV, raising=False)
+    sandbox._boundary.cache_clear()
+    yield monkeypatch
+    sandbox._boundary.cache_clear()
+
+
+def test_without_a_boundary_nothing_runs(no_bwrap):
+    assert isolation() == ""
+    with pytest.raises(SandboxUnavailable, match=r"apt-get install bubblewrap"):
+        run_program("print(1)")
+    with pytest.raises(SandboxUnavailable, match=sandbox.GUARD_ONLY_ENV):
+        run_tests("def f():\n    return 1", "assert f() == 1", unsafe_guard_only=True)  # the argument alone
+    no_bwrap.setenv(sandbox.GUARD_ONLY_ENV, "1")
+    with pytest.raises(SandboxUnavailable, match=r"apt-get install bubblewrap"):
+        run_program("print(1)")  # the variable alone
+
+
+def test_guard_only_runs_on_both_opt_ins_and_is_not_a_boundary(no_bwrap, tmp_path):
+    no_bwrap.setenv(sandbox.GUARD_ONLY_ENV, "1")
+    assert run_tests("def f():\n    return 1", "assert f() == 1", unsafe_guard_only=True).passed
+    assert not run_tests("class Y:\n    __eq__ = lambda s, o: True\ndef f():\n    return Y()", "assert f() == 1",
+                         unsafe_guard_only=True).passed  # the verdict is still the checker's
+    assert not run_program("import os\nos.system('true')", unsafe_guard_only=True).passed  # the hook refuses
+    # ... but a primitive below the hook reaches the host: the residual risk docs/sandbox.md names.
+    target = tmp_path / "written-by-the-program"
+    escape = ("import _posixsubprocess, os\n"
+              f"_posixsubprocess.fork_exec(['/bin/sh', '-c', 'touch {target}'], [b'/bin/sh'], True, (), None, None,"
+              " -1, -1, -1, -1, -1, -1, *os.pipe(), False, False, -1, None, None, None, -1, None, False)\n"
+              "import time\ntime.sleep(0.5)\n")
+    run_program(escape, unsafe_guard_only=True, timeout=TIMEOUT)
+    assert target.exists()
 
 
 def test_many_hostile_programs_in_parallel_leave_nothing_behind():
