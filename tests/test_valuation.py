@@ -447,3 +447,163 @@ def test_hf_agents_cache_on_weights(tiny_model_dir, tmp_path):
         next(changed["model_1"].model.parameters()).add_(0.01)
     after = evaluate("debate", changed, task, **kw)
     assert (after.system_evaluations, after.individual_evaluations) == (3, 2)
+
+
+# ---------------------------------------------------------------------- #14: defects 2, 3, 6 and the report
+def test_sampled_shapley_ci_includes_monte_carlo_error(six_pool_exact):
+    """With few permutations the CI must be at least as wide as the Monte Carlo error alone (brute
+    force: the spread of the per-permutation marginals); resampling questions alone was far narrower."""
+    pool, task, cache, exact, _ = six_pool_exact
+    game = valuation.CoalitionGame("vote", pool, task, cache_dir=cache, progress=False)
+    v = {m: game.value(m).mean() for m in range(64)}
+    for estimator in ("permutation", "antithetic"):
+        r = evaluate("vote", pool, task, estimator=estimator, budget=8, permutation_seed=3, cache_dir=cache,
+                     progress=False)
+        perms = valuation.sample_permutations(6, 8, seed=3, antithetic=estimator == "antithetic")
+        draws = np.zeros((len(perms), 6))
+        for k, perm in enumerate(perms):
+            before = 0
+            for p in perm:
+                draws[k, p] = v[before | 1 << p] - v[before]
+                before |= 1 << p
+        if estimator == "antithetic":
+            draws = (draws[0::2] + draws[1::2]) / 2
+        np.testing.assert_allclose(draws.mean(0), r.shapley.means, atol=1e-12)
+        mc_half = stats.norm.ppf(0.975) * draws.std(0, ddof=1) / np.sqrt(len(draws))
+        for i, a in enumerate(r.ids):
+            lo, hi = r.shapley.ci[a]
+            assert hi - lo >= 2 * mc_half[i] * 0.999 and lo <= r.shapley[a] <= hi, (estimator, a)
+        assert mc_half.max() > 0.02  # the Monte Carlo error is real here
+
+
+def majority_table(correct: np.ndarray) -> dict[int, np.ndarray]:
+    """Per-question v(S) of a majority vote over who is right (ties: the lowest member decides)."""
+    q, n = correct.shape
+    out = {0: np.zeros(q)}
+    for mask in range(1, 1 << n):
+        members = [i for i in range(n) if mask >> i & 1]
+        votes = correct[:, members].sum(1)
+        out[mask] = np.where(2 * votes == len(members), correct[:, members[0]], 2 * votes > len(members)).astype(float)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["permutation", "antithetic"])
+def test_sampled_shapley_ci_coverage(estimator):
+    """400 replications of a known game (6 players right independently with known accuracies, v(S) a
+    majority vote; 200 questions, 50 permutations): the 95% CIs cover the true Shapley value (exact
+    Shapley of the expected game, by enumeration) 95% +- 3% of the time."""
+    p = np.array([0.85, 0.7, 0.6, 0.5, 0.4, 0.3])
+    n, q, budget = len(p), 200, 50
+    patterns = np.array(list(itertools.product([0, 1], repeat=n)))
+    weight = np.prod(np.where(patterns == 1, p, 1 - p), axis=1)
+    expected = {m: float(weight @ v) for m, v in majority_table(patterns).items()}
+    truth = valuation.shapley_weights(n) @ np.array([expected[m] for m in range(1 << n)])
+    ids = [f"model_{i}" for i in range(n)]
+    hits = total = 0
+    for rep in range(400):
+        correct = (np.random.default_rng(1000 + rep).random((q, n)) < p).astype(int)
+        table = majority_table(correct)
+        perms = valuation.sample_permutations(n, budget, seed=rep, antithetic=estimator == "antithetic")
+        masks, w = valuation.permutation_weights(perms)
+        shapley = Measure("shapley", ids, w @ np.stack([table[m] for m in masks]),
+                          draws=valuation.permutation_draws(perms, {m: t.mean() for m, t in table.items()},
+                                                            antithetic=estimator == "antithetic"))
+        r = ValuationReport(protocol="majority", task="synthetic", ids=ids, names=ids, estimator=estimator,
+                            example_ids=[str(k) for k in range(q)], individual=Measure("individual", ids, correct.T),
+                            loo=Measure("loo", ids, correct.T * 0.0), shapley=shapley, banzhaf=None,
+                            system=table[(1 << n) - 1], empty_value=0.0, seed=rep, bootstrap_resamples=500)
+        ci = np.array([r.shapley.ci[a] for a in ids])
+        hits += int(np.sum((ci[:, 0] <= truth) & (truth <= ci[:, 1])))
+        total += n
+    assert 0.92 <= hits / total <= 0.98, hits / total
+
+
+def test_scripted_fingerprints_follow_behaviour(tmp_path):
+    """Two agents named alike with different `respond` never share a fingerprint (nor a cache)."""
+    right = lambda example, messages: f"The answer is {example.answer}."  # noqa: E731
+    wrong = lambda example, messages: "The answer is -12345."  # noqa: E731
+    fp = lambda respond: agents.ScriptedAgent("same", respond).fingerprint  # noqa: E731
+    assert fp(right) != fp(wrong)
+    assert fp(always("0")) != fp(always("1"))  # same code, other closure value
+    assert fp(always("0")) == fp(always("0"))  # the same definition: the same fingerprint
+    source = "from agents import ScriptedAgent as S\nfp = S('same', lambda e, m: f'The answer is {0}.').fingerprint"
+    here: dict = {"__name__": "__main__"}
+    exec(source, here)
+    there = subprocess.run([sys.executable, "-c", source + "\nprint(fp)"], capture_output=True, text=True, check=True)
+    assert there.stdout.strip() == here["fp"]  # stable across processes: the next run reuses the cache
+    task = tasks.load("arith", n=6)
+    good = evaluate("vote", agents.pool([agents.ScriptedAgent("same", right)]), task, cache_dir=tmp_path, progress=False)
+    bad = evaluate("vote", agents.pool([agents.ScriptedAgent("same", wrong)]), task, cache_dir=tmp_path, progress=False)
+    assert good.system.mean() == 1.0 and bad.system.mean() == 0.0
+    assert bad.individual_evaluations == 1  # played, not read from the other agent's cache
+
+
+def test_bad_valuation_options_fail_before_any_run(mixed_pool, tmp_path, monkeypatch):
+    task = tasks.load("arith", n=3)
+    played = []
+    monkeypatch.setattr(valuation.game, "coalition_scores", lambda run, mask: played.append(mask))
+    bad = [({"ci_level": 95}, r"ci_level must be a number in \(0, 1\), e\.g\. 0\.95, got 95 \(a fraction: 0\.95"),
+           ({"ci_level": "0.9"}, "ci_level must be a number"),
+           ({"bootstrap_resamples": 0}, "bootstrap_resamples must be an int >= 1"),
+           ({"bootstrap_resamples": "100"}, "bootstrap_resamples must be an int"),
+           ({"samples": "2"}, r"samples must be an int >= 1 \(episodes per question"),
+           ({"samples": True}, "samples must be an int"),
+           ({"seed": "1"}, "seed must be an int"),
+           ({"seed": 1.5}, "seed must be an int"),
+           ({"estimator": "permutation", "budget": "50"}, "budget must be an int >= 2"),
+           ({"estimator": "permutation", "budget": 20, "permutation_seed": 0.5}, "permutation_seed must be an int"),
+           ({"progress": "yes"}, "progress must be True or False"),
+           ({"executor": "dask"}, "unknown executor 'dask'; choose one of local, ray")]
+    for kwargs, message in bad:
+        with pytest.raises(ValueError, match=message):
+            evaluate("debate", mixed_pool, task, cache_dir=tmp_path, **{"progress": False, **kwargs})
+        assert "\n" not in message
+    assert played == []
+    assert [p.name for p in tmp_path.glob("*/*.json") if p.name != "meta.json"] == []
+
+
+def test_table_says_from_cache_only_when_true(mixed_pool, tmp_path):
+    task = tasks.load("arith", n=4)
+    first = evaluate("debate", mixed_pool, task, estimator="loo", cache_dir=tmp_path, progress=False)
+    assert "from cache" not in str(first) and first.cached_evaluations == 0
+    assert "runs executed: 5 of 5 coalitions + 4 of 4 individual\n" in str(first)
+    exact = evaluate("debate", mixed_pool, task, cache_dir=tmp_path, progress=False)
+    assert "runs executed: 10 of 15 coalitions + 0 of 4 individual (9 from cache)" in str(exact)
+    vote = evaluate("vote", mixed_pool, task, cache_dir=tmp_path / "vote", progress=False)
+    assert "from cache" not in str(vote)  # its one-member coalitions are its individual runs, run once
+
+
+def crowded_report(estimator: str = "loo") -> ValuationReport:
+    """Five models, four of them within a hair of each other (labels that collide unless placed)."""
+    ids = [f"model_{i}" for i in range(5)]
+    names = ["zoo-nocarry", "zoo-noborrow", "zoo-small", "zoo-positive", "zoo-rookie"]
+    rng = np.random.default_rng(0)
+    ind = np.array([0.70, 0.705, 0.71, 0.69, 0.26])[:, None] + rng.normal(0, 0.3, (5, 40))
+    comp = np.array([0.01, 0.012, 0.011, 0.009, -0.01])[:, None] + rng.normal(0, 0.05, (5, 40))
+    return ValuationReport(
+        protocol="debate_v0", task="arith", ids=ids, names=names, estimator=estimator,
+        example_ids=[str(i) for i in range(40)], individual=Measure("individual", ids, ind),
+        loo=Measure("loo", ids, comp), shapley=Measure("shapley", ids, comp) if estimator == "exact" else None,
+        banzhaf=None, system=np.zeros(40), empty_value=0.0, bootstrap_resamples=50)
+
+
+@pytest.mark.parametrize("estimator", ["loo", "exact"])
+def test_plot_crops_nothing_and_labels_do_not_overlap(estimator):
+    import matplotlib.pyplot as plt
+
+    fig = crowded_report(estimator).figure()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [fig._suptitle] + [t for legend in fig.legends for t in legend.get_texts()]
+    labels = [t for ax in fig.axes for t in ax.texts]
+    texts += [t for ax in fig.axes for t in (ax.title, ax.xaxis.label, ax.yaxis.label)]
+    assert len(labels) == 5 * len(fig.axes)
+    for t in texts + labels:
+        box = t.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, t.get_text()
+    for ax in fig.axes:
+        boxes = [t.get_window_extent(renderer) for t in ax.texts]
+        for a, b in itertools.combinations(range(len(boxes)), 2):
+            assert not boxes[a].overlaps(boxes[b]), (ax.texts[a].get_text(), ax.texts[b].get_text())
+    plt.close(fig)
