@@ -46,6 +46,7 @@ import functools
 import json
 import math
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -604,12 +605,16 @@ class _Launch:
         """Learn the sandbox's PID namespace from bwrap's info pipe (written once it is set up)."""
         if self.info_fd is None or self.namespace is not None:
             return
+        data = b""
         try:
-            os.set_blocking(self.info_fd, False)
-            data = os.read(self.info_fd, 4096)
+            while select.select([self.info_fd], [], [], 5.0)[0]:  # bwrap writes it and closes it at once
+                chunk = os.read(self.info_fd, 4096)
+                if not chunk:
+                    break
+                data += chunk
             child = json.loads(data.decode())["child-pid"]
             self.namespace = os.readlink(f"/proc/{child}/ns/pid")
-        except (OSError, ValueError, KeyError, BlockingIOError):
+        except (OSError, ValueError, KeyError):
             pass
 
     def kill(self, settle: float = 5.0) -> None:
@@ -622,7 +627,8 @@ class _Launch:
         self.proc.wait()
         deadline = time.monotonic() + settle
         while time.monotonic() < deadline:
-            left = session_processes(self.proc.pid) + (namespace_processes(self.namespace) if self.namespace else [])
+            # Inside bwrap everything lives in the PID namespace; without it, in the launcher's session.
+            left = namespace_processes(self.namespace) if self.namespace else session_processes(self.proc.pid)
             if not left:
                 break
             for pid in left:
@@ -699,6 +705,7 @@ def run_program(
                          tmpfs_bytes=tmpfs_mb << 20, site_packages=site_packages, workdir=workdir)
         os.close(done_w)
         done_w = None
+        launch.read_namespace()
         out = launch.proc.stdout.fileno()
         outputs, status = _read_outputs({out: max_output_bytes, done_r: 16}, start + timeout, launch.proc,
                                         (out, done_r))
@@ -784,6 +791,8 @@ def run_tests(
         for fd in mine:
             os.close(fd)
         mine = []
+        for launch in launches:
+            launch.read_namespace()
         program_out, checker_out = (launch.proc.stdout.fileno() for launch in launches)
         outputs, status = _read_outputs(
             {program_out: max_output_bytes, checker_out: max_output_bytes, verdict_r: 16}, start + timeout,
