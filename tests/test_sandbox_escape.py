@@ -309,3 +309,28 @@ def test_runs_as_uid_65534_without_capabilities_in_its_own_namespaces(host):
     first = result.stdout_tail.split("\n")[0].split()
     assert first[:2] == ["65534", "65534"] and int(first[2]) < 10 and first[3] == "sandbox"
     assert "65534" in result.stdout_tail.split("\n", 1)[1]
+
+
+def test_process_count_is_capped_by_the_kernel(host):
+    if "host uid 0" in isolation():
+        pytest.skip("bwrap runs as root here: the kernel does not enforce RLIMIT_NPROC for host uid 0")
+    code = """
+        import _posixsubprocess, os
+        out = os.open('/tmp/out', os.O_WRONLY | os.O_CREAT)
+        n = 0
+        try:
+            while n < 1000:  # below the audit hook: only RLIMIT_NPROC in its user namespace stops this
+                er, ew = os.pipe()
+                _posixsubprocess.fork_exec(['/bin/sleep', '997'], [b'/bin/sleep'], True, (ew,), None, None, -1, -1,
+                                           -1, out, -1, out, er, ew, False, False, -1, None, None, None, -1, None,
+                                           False)
+                os.close(er)
+                os.close(ew)
+                n += 1
+        except OSError as e:
+            print('stopped', e.errno)
+        print('spawned', n)
+    """
+    result = run_attempt(code, host, max_processes=16)
+    assert "stopped 11" in result.stdout_tail  # EAGAIN
+    assert int(result.stdout_tail.split()[-1]) < 16
