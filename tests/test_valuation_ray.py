@@ -194,7 +194,7 @@ def test_zoo_exact_and_loo_equal_local(cluster, tmp_path):
     """The shipped zoo (HF models, rebuilt on each worker from their zoo: specs): debate on arith."""
     import agents.zoo
 
-    task = tasks.load("arith", n=12, seed=0, **agents.zoo.TASK_OPTIONS)
+    task = tasks.load("arith", n=6, seed=0, **agents.zoo.TASK_OPTIONS)
     zoo = agents.pool("zoo")
     assert all(a.spec and a.spec.startswith("zoo:") for a in zoo.values())  # shipped as specs, not weights
     local = evaluate("debate", zoo, task, cache_dir=tmp_path / "local", progress=False)
@@ -205,3 +205,20 @@ def test_zoo_exact_and_loo_equal_local(cluster, tmp_path):
     assert (loo.system_evaluations, loo.individual_evaluations) == (0, 0)
     np.testing.assert_array_equal(loo.loo.per_question, local.loo.per_question)
     assert valuation.CoalitionGame("debate", zoo, task, cache_dir=tmp_path / "ray").cached((1 << 5) - 1)
+
+
+def test_cli_value_ray(cluster, tmp_path, capsys):
+    from crl_envs.cli import main
+
+    args = ["value", "--protocol", "debate", "--pool", "scripted", "--n", "8", "--quiet", "--out", str(tmp_path / "out")]
+    assert main(args + ["--cache-dir", str(tmp_path / "local")]) == 0
+    assert main(args + ["--cache-dir", str(tmp_path / "ray"), "--ray"]) == 0  # the running cluster
+    local = ValuationReport.from_json(tmp_path / "out" / "debate_v0-arith-exact.json")
+    capsys.readouterr()
+    assert main(args + ["--ray", "127.0.0.1:1", "--no-cache"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot reach the Ray cluster at '127.0.0.1:1'" in err and len(err.splitlines()) == 1
+    remote = evaluate("debate", agents.pool([ScriptedAgent.expert(f"expert-{a}", a) for a in (0.8, 0.6, 0.4)]),
+                      tasks.load("arith", n=8), cache_dir=tmp_path / "ray", progress=False)
+    assert (remote.system_evaluations, remote.individual_evaluations) == (0, 0)  # the CLI's Ray run filled it
+    np.testing.assert_array_equal(remote.shapley.per_question, local.shapley.per_question)

@@ -4,6 +4,8 @@ writes the report's JSON and PNG.
 Example::
 
     crl-envs value --protocol debate --task arith --pool zoo --estimator loo --out runs/value
+    crl-envs value --pool zoo --ray                   # coalitions as Ray tasks (a local cluster)
+    crl-envs value --pool zoo --ray head-node:6379    # ... on a running cluster
 """
 
 from __future__ import annotations
@@ -40,13 +42,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", default=None, help="coalition cache (default: ~/.cache/crl_envs/valuation)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the coalition cache")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run coalitions as Ray tasks: on the cluster at ADDRESS ('head:6379', 'ray://head:10001'), "
+                        "or with no ADDRESS on $RAY_ADDRESS or a new local cluster (needs: pip install 'crl-envs[ray]')")
 
 
 def run(args: argparse.Namespace) -> int:
     from agents import SamplingParams
     from crl_envs import tasks
     from crl_envs.runner import DEFAULT_SAMPLING
-    from crl_envs.valuation import evaluate
+    from crl_envs.valuation import RayExecutor, evaluate
 
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
@@ -58,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         args.protocol, pool, task, estimator=args.estimator, budget=args.budget, samples=args.samples,
         seed=args.seed, sampling=sampling, options=parse_options(args.option),
         cache_dir=False if args.no_cache else args.cache_dir, progress=not args.quiet,
+        executor="local" if args.ray is None else RayExecutor(args.ray or None),
     )
     print(report)
     out = Path(args.out)
