@@ -6,7 +6,10 @@ TRL's current model as the learner, and rewards each of the learner's two turns 
 
     python examples/crl_trl.py --steps 24                 # TRL only (CPU, ~10 min on 2 busy cores)
     python examples/crl_trl.py --steps 24 --compare-crl   # also CRLTrainer, same steps, lr, G and questions
-    accelerate launch --num_processes 2 --cpu examples/crl_trl.py --steps 2   # DDP over 2 CPU processes (gloo)
+    accelerate launch --multi_gpu --num_processes 2 examples/crl_trl.py --steps 2  # DDP, 2 CPU processes (gloo)
+
+(Without GPUs, ``--multi_gpu`` is what starts 2 processes: it is accelerate's torchrun launcher, which falls
+back to gloo on CPU; ``--cpu --num_processes 2`` starts only one process unless MPI is installed.)
 
 On GPUs, with a real learner and partners served by vLLM (one node, 8 GPUs: GPU 0 serves the learner for
 TRL, GPU 1 the partners, GPUs 2-7 train; the same script, or your own with the same three calls)::

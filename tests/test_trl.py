@@ -226,12 +226,15 @@ rollout = CRLRollout("judge", pool, train, learner="model_4", protocol_options={
 args = rollout.grpo_config(sys.argv[1], num_generations=4, questions_per_step=4, max_completion_length=24,
                            learning_rate=1e-3, max_steps=2, seed=0)
 trainer = rollout.grpo_trainer(args)
+backend = torch.distributed.get_backend() if torch.distributed.is_initialized() else None
 trainer.train()
 rank = trainer.accelerator.process_index
 weights = {n: p.detach().cpu() for n, p in trainer.accelerator.unwrap_model(trainer.model).named_parameters()}
 torch.save(weights, os.path.join(sys.argv[1], f"weights-{rank}.pt"))
 with open(os.path.join(sys.argv[1], f"calls-{rank}.json"), "w") as f:
-    json.dump({"calls": rollout.calls, "world": trainer.accelerator.num_processes}, f)
+    json.dump({"calls": rollout.calls, "world": trainer.accelerator.num_processes,
+               "backend": backend, "device": str(trainer.accelerator.device),
+               "per_device_rows": args.per_device_train_batch_size}, f)
 '''
 
 
@@ -240,15 +243,19 @@ def test_accelerate_two_cpu_processes_play_different_questions_and_stay_in_sync(
     script = tmp_path / "ddp_crl.py"
     script.write_text(DDP_SCRIPT)
     env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", str(script), str(tmp_path)]
+    # `accelerate launch --cpu --num_processes 2` starts ONE process unless MPI is installed (accelerate 1.15's
+    # simple launcher); `--multi_gpu` is its torchrun launcher, which on a machine without GPUs runs 2 CPU
+    # processes over gloo (DistributedType.MULTI_CPU), as the issue asks.
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
+           "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(script), str(tmp_path)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     calls = [json.loads((tmp_path / f"calls-{r}.json").read_text()) for r in (0, 1)]
-    assert all(c["world"] == 2 for c in calls)
+    assert all(c["world"] == 2 and c["backend"] == "gloo" and c["device"].startswith("cpu") for c in calls)
+    assert all(c["per_device_rows"] == 4 * 4 * 2 // 2 for c in calls)  # questions x G x turns, split over 2 ranks
     for step in (0, 1):
         mine = [next(x for x in c["calls"] if x["step"] == step) for c in calls]
-        assert all(len(m["questions"]) == 2 and m["episodes"] == 2 * 4 for m in mine)  # 4 questions over 2 ranks
+        assert all(m["rows"] == [8, 8] and m["episodes"] == 2 * 4 for m in mine)  # 4 questions over 2 ranks, G = 4
         assert not set(mine[0]["questions"]) & set(mine[1]["questions"])  # each rank plays different questions
     w0, w1 = (torch.load(tmp_path / f"weights-{r}.pt") for r in (0, 1))
     assert all(torch.equal(w0[n], w1[n]) for n in w0)  # DDP: identical weights on every rank afterwards

@@ -116,8 +116,6 @@ def grpo_config(output_dir: str, *, num_generations: int = 8, questions_per_step
     overridden. Every other ``trl.GRPOConfig`` field can be given in ``overrides``.
     """
     trl = _import_trl()
-    from accelerate import PartialState
-
     for name, value in (("num_generations", num_generations), ("questions_per_step", questions_per_step),
                         ("turns_per_episode", turns_per_episode)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -125,7 +123,9 @@ def grpo_config(output_dir: str, *, num_generations: int = 8, questions_per_step
     if num_generations < 2:
         raise ValueError("grpo_config: num_generations (G) must be >= 2: a group baseline needs 2 episodes per question")
     rows = questions_per_step * num_generations * turns_per_episode
-    processes = PartialState().num_processes
+    device = {k: overrides[k] for k in ("use_cpu", "bf16") if k in overrides}
+    device = {"use_cpu": not torch.cuda.is_available(), "bf16": torch.cuda.is_available(), **device}
+    processes = trl.GRPOConfig(output_dir=output_dir, report_to=[], **device).world_size  # as the trainer will see it
     if rows % processes:
         raise ValueError(f"grpo_config: {questions_per_step} questions x G={num_generations} x {turns_per_episode} "
                          f"turns = {rows} rows do not split over {processes} processes; change questions_per_step")
@@ -370,6 +370,7 @@ class CRLRollout:
                     self.row_episode[row] = len(self.episodes) - 1
         self.rollouts += played
         self.calls.append({"step": step, "mode": mode, "process": rank, "questions": list(rows_of),
+                           "rows": [len(r) for r in rows_of.values()],
                            "episodes": len(self.episodes), "played": played})
         return out
 
