@@ -102,16 +102,17 @@ def main() -> None:
     results = {}
     if main_process:
         before = rollout.evaluate(trainer, held_out, max_new_tokens=args.max_new_tokens)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
-    trl_seconds = time.perf_counter() - t0
+    trl_seconds, trl_cpu = time.perf_counter() - t0, time.process_time() - c0  # CPU time: less hostage to a busy machine
     if not main_process:
         return
     after = rollout.evaluate(trainer, held_out, max_new_tokens=args.max_new_tokens)
     improvement = trainers.compare(before, after)
-    print(f"TRL GRPOTrainer + CRLRollout, {args.steps} steps ({trl_seconds:.0f} s, {rollout.rollouts} episodes):")
+    print(f"TRL GRPOTrainer + CRLRollout, {args.steps} steps ({trl_seconds:.0f} s wall, {trl_cpu:.0f} s CPU of this "
+          f"process, {rollout.rollouts} episodes):")
     print(improvement)
-    results["trl"] = {**improvement.to_dict(), "seconds": trl_seconds, "episodes": rollout.rollouts}
+    results["trl"] = {**improvement.to_dict(), "seconds": trl_seconds, "cpu_seconds": trl_cpu, "episodes": rollout.rollouts}
 
     if args.compare_crl:
         crl_config = trainers.CRLConfig(steps=args.steps, questions_per_step=args.questions,
@@ -120,13 +121,14 @@ def main() -> None:
                                         seed=args.seed, progress=False)
         crl = trainers.CRLTrainer(args.protocol, pool, train, learner=args.learner, config=crl_config,
                                   eval_task=held_out)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         crl.fit()
-        crl_seconds = time.perf_counter() - t0
+        crl_seconds, crl_cpu = time.perf_counter() - t0, time.process_time() - c0
         crl_improvement = trainers.compare(before, crl.evaluate())
-        print(f"CRLTrainer, {args.steps} steps ({crl_seconds:.0f} s, {crl.rollouts} episodes):")
+        print(f"CRLTrainer, {args.steps} steps ({crl_seconds:.0f} s wall, {crl_cpu:.0f} s CPU, {crl.rollouts} episodes):")
         print(crl_improvement)
-        results["crl"] = {**crl_improvement.to_dict(), "seconds": crl_seconds, "episodes": crl.rollouts}
+        results["crl"] = {**crl_improvement.to_dict(), "seconds": crl_seconds, "cpu_seconds": crl_cpu,
+                          "episodes": crl.rollouts}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"args": vars(args), **results}, f, indent=1)
