@@ -5,6 +5,8 @@
 - :class:`OpenAIAgent` — OpenAI-compatible servers (spec ``openai:<base url>#<model>``).
 - :class:`VLLMAgent` — vLLM's offline engine (spec ``vllm:<hub id or path>``; the ``vllm`` extra).
 - :class:`ScriptedAgent` — deterministic answers, for tests and analysis.
+- ``agents.pool("zoo")`` — the tiny shipped models; ``agents.pool("pretrained")`` — SmolLM2-135M-Instruct
+  and gemma-3-270m from PyPI wheels (:mod:`agents.pretrained`; also ``hf:<file.gguf>`` specs).
 - :func:`pool` / :class:`Pool` — the ordered roster ``model_0 .. model_{n-1}`` a protocol plays.
 """
 
@@ -30,6 +32,10 @@ register_backend("hf", HFAgent.from_spec)
 register_backend("openai", _openai_from_spec)
 register_backend("vllm", _vllm_from_spec)
 import agents.zoo  # noqa: E402,F401  (registers agents.pool("zoo") and "zoo:<name>"; models load on first use)
+from agents import pretrained as _pretrained  # noqa: E402  (light: loads nothing until asked)
+
+register_pool("pretrained", _pretrained.load)
+register_backend("pretrained", _pretrained.agent_from_spec)
 
 _LAZY = {"OpenAIAgent": "agents.openai", "VLLMAgent": "agents.vllm"}
 

@@ -230,6 +230,27 @@ def render_chat(tokenizer: Any, messages: Sequence[Message]) -> str:
     return plain_chat_format(messages)
 
 
+def adds_bos(tokenizer: Any) -> bool:
+    """True when ``tokenizer`` puts a BOS token in front of text by default (Gemma, Llama-2, Mistral)."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    return tokenizer("a")["input_ids"][:1] == [bos] and tokenizer("a", add_special_tokens=False)["input_ids"][:1] != [bos]
+
+
+def encode_prompt_text(tokenizer: Any, text: str) -> list[int]:
+    """A rendered prompt's token ids with the BOS token exactly once where the tokenizer adds one.
+
+    The text is encoded without special tokens (a chat template writes its own); then a tokenizer
+    that adds BOS by default gets it in front, unless the text already starts with it (templates
+    that write ``{{ bos_token }}``). Every local backend encodes prompts through this.
+    """
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if adds_bos(tokenizer) and ids[:1] != [tokenizer.bos_token_id]:
+        ids.insert(0, tokenizer.bos_token_id)
+    return ids
+
+
 def token_id_set(*sources: Any) -> set[int]:
     """The token ids named by ``sources``, each an int, a list/tuple of ints, or ``None`` (e.g. a
     tokenizer's and a generation config's ``eos_token_id``)."""

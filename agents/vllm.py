@@ -27,6 +27,7 @@ from agents.base import (
     SamplingParams,
     cut_at_stop,
     default_stop,
+    encode_prompt_text,
     render_chat,
     token_id_set,
 )
@@ -172,7 +173,7 @@ class VLLMAgent(Agent):
         return render_chat(self.tokenizer, messages)
 
     def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
-        return list(self.tokenizer.encode(self.render(messages), add_special_tokens=False))
+        return encode_prompt_text(self.tokenizer, self.render(messages))
 
     def decode_text(self, token_ids: Sequence[int]) -> str:
         """The text of generated tokens (special tokens skipped), as :meth:`agents.HFAgent.decode_text`."""

@@ -317,3 +317,18 @@ def test_sampling_params_normalise_stop_and_numbers():
     p = SamplingParams(temperature=np.float32(0.5), max_new_tokens=np.int64(8), stop=["a", "b", "a"])
     assert p.stop == ("a", "b") and type(p.max_new_tokens) is int and type(p.temperature) is float
     assert hash(p) == hash(SamplingParams(temperature=0.5, max_new_tokens=8, stop=("a", "b")))
+
+
+def test_the_fingerprint_covers_every_weight(tiny_model_dir):
+    """#14 defect 4: the fingerprint read only the first 256 elements of each tensor."""
+    agent = HFAgent(tiny_model_dir, name="tiny")
+    before = agent.fingerprint
+    weight = max(agent.model.parameters(), key=lambda p: p.numel())
+    assert weight.numel() > 256
+    with torch.no_grad():
+        saved = weight.view(-1)[-1].item()
+        weight.data.view(-1)[-1] += 0.5  # through .data: no autograd version bump either
+        changed = agent.fingerprint
+        weight.view(-1)[-1] = saved
+    assert changed != before and agent.fingerprint == before
+    assert HFAgent(tiny_model_dir, name="tiny").fingerprint == before  # same weights, same fingerprint
