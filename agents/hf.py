@@ -193,7 +193,7 @@ class HFAgent(Agent):
                 from agents.hub import require_hub
 
                 require_hub(f"HFAgent({source!r})", "pass a local model directory written by save_pretrained "
-                            "(e.g. 'hf:/path/to/model')")
+                            "or a GGUF file (e.g. 'hf:/path/to/model' or 'hf:/path/to/model.gguf')")
             try:
                 loaded = AutoModelForCausalLM.from_pretrained(
                     source, dtype=dtype or torch.float32, trust_remote_code=trust_remote_code
