@@ -38,7 +38,7 @@ def test_unreachable_hub_task_names_path(unreachable_hub):
 
 def test_unreachable_hub_model_names_a_local_directory(unreachable_hub):
     with pytest.raises(hub.HubUnavailableError, match=r"HFAgent\('org/model'\) needs the Hugging Face hub, but "
-                                                      r"127.0.0.1:9 is unreachable.*local model directory"):
+                                                      r"127.0.0.1:9 is unreachable.*local model directory .*or a GGUF file"):
         agents.pool("hf:org/model")
 
 
