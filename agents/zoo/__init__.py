@@ -81,7 +81,11 @@ def load(names: Sequence[str] | None = None, *, batch_size: int = 256):
     shown = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        return Pool([HFAgent(d, name=n, batch_size=batch_size) for n, d in zip(chosen, dirs)])
+        members = [HFAgent(d, name=n, batch_size=batch_size) for n, d in zip(chosen, dirs)]
+        if batch_size == 256:  # what "zoo:<name>" builds: remembered, so Ray workers rebuild it from the spec
+            for n, agent in zip(chosen, members):
+                agent.spec = f"zoo:{n}"
+        return Pool(members)
     finally:
         if shown:
             hf_logging.enable_progress_bar()
@@ -89,10 +93,7 @@ def load(names: Sequence[str] | None = None, *, batch_size: int = 256):
 
 def agents_list() -> list:
     """The zoo's agents in pool order (what ``agents.pool("zoo")`` plays), each remembering its spec."""
-    members = list(load().values())
-    for name, agent in zip(NAMES, members):
-        agent.spec = f"zoo:{name}"
-    return members
+    return list(load().values())
 
 
 def _agent_from_spec(name: str):
