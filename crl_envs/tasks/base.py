@@ -3,9 +3,34 @@
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+TURN_MARKERS: tuple[str, ...] = (
+    r"Agent \d+", "Your previous answer", "Other agents' answers", "Considering the other answers",
+    "User", "Assistant", "System", "Human", "Student", "Teacher", "Question", "Q",
+)
+"""Line starts (each followed by ``:``, except "Considering the other answers") that open a turn a
+model did not write: a base model without a chat template (gemma-3-270m) goes on to write the
+protocol's next turns itself, with their answers (``"Agent 2: ... So, the answer is 120."``)."""
+_TURN_RE = re.compile(r"\n[ \t*]*(?:(?:" + "|".join(TURN_MARKERS) + r")[ \t]*:|Considering the other answers)",
+                      re.IGNORECASE)
+
+
+def own_turn(text: str) -> tuple[str, bool]:
+    """The part of a response the model wrote as its own turn, and whether a hallucinated next turn
+    (a line starting with one of :data:`TURN_MARKERS`) ended it there.
+
+    Example:
+        >>> own_turn(" 26 + 34 = 52\\nAgent 2: So, 26 - 34 = 12.")
+        (' 26 + 34 = 52', True)
+    """
+    m = _TURN_RE.search(text)
+    if m is None or not text[: m.start()].strip():
+        return text, False
+    return text[: m.start()], True
 
 
 @dataclass(frozen=True)
@@ -22,7 +47,9 @@ class Task(abc.ABC):
     """A list of examples plus the three things every protocol needs from a task.
 
     - :meth:`prompt` — the user message that puts a question to a model;
-    - :meth:`extract` — the answer in a free-text response (``None`` if there is none);
+    - :meth:`extract` — the answer in a free-text response (``None`` if there is none); it is given
+      the generation's ``finish_reason`` when the caller knows it (``"length"``: cut off at
+      ``max_new_tokens``), since a cut-off answer may end in a fragment;
     - :meth:`score` — the response's score in [0, 1] against the example's reference.
 
     Subclasses override :meth:`extract` and :meth:`is_correct` (and usually :meth:`prompt`).
@@ -72,8 +99,12 @@ class Task(abc.ABC):
         return example.question
 
     @abc.abstractmethod
-    def extract(self, text: str) -> str | None:
-        """The answer in a free-text response, or ``None``."""
+    def extract(self, text: str, finish_reason: str | None = None) -> str | None:
+        """The answer in a free-text response, or ``None``.
+
+        ``finish_reason``: ``"stop"`` (the model ended its answer), ``"length"`` (cut off at
+        ``max_new_tokens`` or at the env's ``max_action_chars``) or ``None`` (unknown: read as complete).
+        """
 
     def is_correct(self, answer: str | None, example: Example) -> bool:
         return answer is not None and answer == example.answer
@@ -82,9 +113,9 @@ class Task(abc.ABC):
         """Score of an already extracted answer (protocols that aggregate answers use this)."""
         return float(self.is_correct(answer, example))
 
-    def score(self, text: str, example: Example) -> float:
+    def score(self, text: str, example: Example, finish_reason: str | None = None) -> float:
         """Score in [0, 1] of a free-text response."""
-        return self.score_answer(self.extract(text), example)
+        return self.score_answer(self.extract(text, finish_reason), example)
 
     @property
     def fingerprint(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from crl_envs.tasks.base import Example, Task
+from crl_envs.tasks.base import Example, Task, own_turn
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.numeric import boxed_contents
 
@@ -24,14 +24,24 @@ _LETTER_TARGET_RE = re.compile(r"^\(([A-R])\)$")
 _BINARY = ({"true", "false"}, {"yes", "no"}, {"valid", "invalid"})
 
 
-def extract_bbh_answer(text: str) -> str | None:
-    """The last "So the answer is X." (BBH's chain-of-thought format), else the last ``\\boxed{}``,
-    else the last non-empty line."""
+def extract_bbh_answer(text: str, finish_reason: str | None = None) -> str | None:
+    """In the response's own turn (:func:`crl_envs.tasks.base.own_turn`): the last "So the answer
+    is X." (BBH's chain-of-thought format; the last one wins), else the last ``\\boxed{}``, else the
+    last non-empty line. A cut-off response (``finish_reason == "length"``) counts only through an
+    "answer is X" line that ends before the cut, or a closed ``\\boxed{}``."""
     if not isinstance(text, str):
         return None
-    found = _ANSWER_IS_RE.findall(text)
+    text, ended_by_turn = own_turn(text)
+    cut = finish_reason == "length" and not ended_by_turn
+    found = [m.group(1) for m in _ANSWER_IS_RE.finditer(text)
+             if not cut or re.match(r"[^\n]*?(?:\n|\.\s)", text[m.start(1):])]
     if found:
         answer = found[-1]
+    elif cut:
+        boxes = boxed_contents(text)
+        if not boxes:
+            return None
+        answer = boxes[-1]
     else:
         boxes = boxed_contents(text)
         lines = [line for line in text.splitlines() if line.strip()]
@@ -131,8 +141,8 @@ class BBHTask(Task):
         return Example(id=example_id, question=str(row["input"]).strip(), answer=str(row["target"]).strip(),
                        metadata={"subtask": subtask})
 
-    def extract(self, text: str) -> str | None:
-        return extract_bbh_answer(text)
+    def extract(self, text: str, finish_reason: str | None = None) -> str | None:
+        return extract_bbh_answer(text, finish_reason)
 
     def is_correct(self, answer: str | None, example: Example) -> bool:
         return bbh_equal(answer, example.answer)

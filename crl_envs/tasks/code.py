@@ -75,7 +75,8 @@ class CodeTask(Task):
         """``(program, tests)`` for candidate ``code``: what runs in the program's sandbox, and the test
         code the checker runs against it (it never enters the program's process)."""
 
-    def extract(self, text: str) -> str | None:
+    def extract(self, text: str, finish_reason: str | None = None) -> str | None:
+        """The program in ``text``; a cut-off one (``finish_reason == "length"``) is run as it is."""
         return extract_code(text)
 
     def run(self, code: str | None, example: Example) -> SandboxResult | None:

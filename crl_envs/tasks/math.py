@@ -1,9 +1,16 @@
 """``math``: competition mathematics (Hendrycks et al. 2021, MATH / MATH-500), ``\\boxed{}`` answers.
 
-Answers are compared by :func:`math_equal`: string normalisation first (LaTeX spacing, ``\\dfrac``,
-units, ``\\%``, degrees, ``x = ``, thousands separators), then numbers (``0.5`` = ``1/2`` =
-``\\frac{1}{2}``, relative tolerance 1e-4), then element-wise for tuples and intervals, and last
-symbolic equivalence through sympy under a hard timeout.
+Answers are compared by :func:`math_equal`: the same string after a light normalisation (LaTeX
+spacing, ``\\dfrac``, units, ``\\%``, degrees, ``x = ``, thousands separators), else HF's
+``math-verify`` (the field's grader: open-r1, lighteval) for numbers, fractions, radicals, intervals,
+sets, tuples and symbolic equivalence. What it lacks is kept here: a relative tolerance of 1e-4
+between plain numbers (``0.70711`` = ``\\frac{\\sqrt{2}}{2}``; math-verify rounds to 6 decimals), and
+a hard timeout that works in worker threads and keeps an outer timer (math-verify's own uses
+``signal.alarm`` in the calling thread, so it is switched off and :func:`call_with_timeout` used).
+
+Extraction (:func:`extract_math_answer`) reads the model's own turn; the last ``\\boxed{}`` wins, as
+in math-verify and the Minerva/MATH graders, then the last "final answer is" / "the answer is" /
+"Answer:"; a cut-off response (``finish_reason == "length"``) has no last-number fallback.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from crl_envs.tasks.base import Example, Task
+from crl_envs.tasks.base import Example, Task, own_turn
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.numeric import boxed_contents, last_number
 
@@ -32,12 +39,13 @@ _ANSWER_PATTERNS = [
     re.compile(r"the answer is\s*:?\s*(.+)", re.IGNORECASE),
     re.compile(r"^\s*\**(?:final )?answer\**\s*:\s*\**(.+)", re.IGNORECASE | re.MULTILINE),
 ]
-_SYMPY_FUNCTIONS = {"sqrt", "pi", "oo", "log", "sin", "cos", "tan", "exp", "I", "E"}
 
 
-def extract_math_answer(text: str) -> str | None:
-    """The final answer in a response: the last ``\\boxed{}``, else "the answer is ...", else
-    "Answer: ...", else the last number.
+def extract_math_answer(text: str, finish_reason: str | None = None) -> str | None:
+    """The final answer in a response's own turn (:func:`crl_envs.tasks.base.own_turn`): the last
+    ``\\boxed{}``, else the last "the final answer is ...", "the answer is ...", "Answer: ...",
+    else the last number stated as a result. A cut-off response (``finish_reason == "length"``)
+    counts only through a closed ``\\boxed{}`` or an answer sentence that ends before the cut.
 
     Example:
         >>> extract_math_answer(r"so $x = \\boxed{\\frac{1}{2}}$.")
@@ -45,13 +53,16 @@ def extract_math_answer(text: str) -> str | None:
     """
     if not isinstance(text, str):
         return None
+    text, ended_by_turn = own_turn(text)
+    cut = finish_reason == "length" and not ended_by_turn
     boxes = boxed_contents(text)
     if boxes:
         return boxes[-1].strip()
     for pattern in _ANSWER_PATTERNS:
-        found = pattern.findall(text)
+        found = [m for m in pattern.finditer(text)
+                 if not cut or re.match(r"[^\n]*?(?:\n|[.。]\s)", text[m.start(1):])]  # ends before the cut
         if found:
-            answer = found[-1].strip().strip("*").strip()
+            answer = found[-1].group(1).strip().strip("*").strip()
             math_span = re.match(r"\$+([^$]+)\$", answer)
             if math_span:  # "The final answer is $\frac{3}{4}$. I hope it is correct."
                 answer = math_span.group(1)
@@ -60,7 +71,7 @@ def extract_math_answer(text: str) -> str | None:
             answer = re.sub(r"\s*[.。]\s*$", "", answer).strip().strip("$").strip()
             if answer:
                 return answer
-    return last_number(text)
+    return None if cut else last_number(text)
 
 
 def normalize_math_answer(answer: str) -> str:
@@ -146,106 +157,57 @@ def _numbers_close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-9)
 
 
-def _brace_group(s: str, start: int) -> tuple[str, int]:
-    """Content of the ``{...}`` group opening at ``s[start]`` and the index after it."""
-    depth = 0
-    for i in range(start, len(s)):
-        depth += {"{": 1, "}": -1}.get(s[i], 0)
-        if depth == 0:
-            return s[start + 1 : i], i + 1
-    raise ValueError("unbalanced braces")
+def _parse(answer: str) -> list:
+    """math-verify's parse of a bare answer (LaTeX or plain), without its own signal timeout."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    s = answer.strip()
+    if not (s.startswith("$") or s.startswith("\\(") or s.startswith("\\[")):
+        s = f"${s}$"
+    return parse(s, extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()], parsing_timeout=None)
 
 
-def latex_to_sympy_text(s: str) -> str | None:
-    """A sympy-parsable string for a LaTeX-ish expression, or ``None`` if it has unknown commands."""
-    out, i = "", 0
-    while i < len(s):
-        if s.startswith("\\frac", i):
-            j = i + 5
-            while j < len(s) and s[j] == " ":
-                j += 1
-            if j >= len(s) or s[j] != "{":
-                return None
-            try:
-                num, j = _brace_group(s, j)
-                while j < len(s) and s[j] == " ":
-                    j += 1
-                den, j = _brace_group(s, j)
-            except ValueError:
-                return None
-            inner = [latex_to_sympy_text(num), latex_to_sympy_text(den)]
-            if None in inner:
-                return None
-            out += f"(({inner[0]})/({inner[1]}))"
-            i = j
-        elif s.startswith("\\sqrt", i):
-            j, index = i + 5, None
-            if j < len(s) and s[j] == "[":
-                k = s.find("]", j)
-                if k < 0:
-                    return None
-                index, j = latex_to_sympy_text(s[j + 1 : k]), k + 1
-            if j >= len(s) or s[j] != "{":
-                return None
-            try:
-                body, j = _brace_group(s, j)
-            except ValueError:
-                return None
-            body = latex_to_sympy_text(body)
-            if body is None:
-                return None
-            out += f"(({body})**(1/({index})))" if index else f"sqrt({body})"
-            i = j
-        elif s[i] == "\\":
-            m = re.match(r"\\([a-zA-Z]+)", s[i:])
-            if not m:
-                return None
-            word = m.group(1)
-            mapped = {"pi": " pi ", "infty": " oo ", "cdot": "*", "times": "*", "div": "/", "ln": " log",
-                      "log": " log", "sin": " sin", "cos": " cos", "tan": " tan", "exp": " exp"}.get(word)
-            if mapped is None:
-                return None
-            out += mapped
-            i += len(m.group(0))
-        elif s[i] in "{}":
-            out += "(" if s[i] == "{" else ")"
-            i += 1
-        else:
-            out += s[i]
-            i += 1
-    out = out.replace("^", "**")
-    names = set(re.findall(r"[A-Za-z_]+", out))
-    if any(len(n) > 1 and n not in _SYMPY_FUNCTIONS for n in names) or "_" in out:
-        return None
-    if not re.fullmatch(r"[0-9A-Za-z\s\.\+\-\*/\(\)]*", out) or len(out) > 300:
-        return None
-    if re.search(r"\*\*\s*\(*\s*\d{4,}", out) or re.search(r"\*\*\s*\([^()]*\*\*", out):
-        return None  # 9**99999 or 9**(9**9): big-integer powers run in C, beyond the reach of the timeout
-    return out
-
-
-def _sympy_equal(a: str, b: str) -> bool:
+def _small_powers(expr: Any) -> bool:
+    """No power with a numeric base and a huge or nested exponent (``9^{9^{9^{9}}}``): sympy computes
+    those with big integers in C, out of reach of every timeout, so they are never compared."""
     import sympy
-    from sympy.parsing.sympy_parser import (
-        convert_xor,
-        implicit_multiplication_application,
-        parse_expr,
-        standard_transformations,
-    )
 
-    transformations = (*standard_transformations, implicit_multiplication_application, convert_xor)
-    ta, tb = latex_to_sympy_text(a), latex_to_sympy_text(b)
-    if not ta or not tb:
+    if not isinstance(expr, sympy.Basic):
+        return True
+    for power in expr.atoms(sympy.Pow):
+        if power.base.is_number and power.exp.is_number and not (power.exp.is_Number and abs(power.exp) <= 10_000):
+            return False
+    return True
+
+
+def _cheap_number(expr: Any) -> bool:
+    """A sympy number whose value is cheap to compute: no power with a huge or symbolic exponent
+    (``9^{9^{9^{9}}}`` would run in C for ever, out of reach of every timeout)."""
+    import sympy
+
+    if not isinstance(expr, sympy.Basic) or not expr.is_number:
         return False
+    return all(e.exp.is_Number and abs(e.exp) <= 64 for e in expr.atoms(sympy.Pow))
+
+
+def _math_verify_equal(prediction: str, reference: str) -> bool:
+    """math-verify's equivalence (numbers, fractions, radicals, intervals, sets, tuples, equations
+    ``x = 3``, units, percentages, symbolic simplification), plus a relative tolerance of
+    ``REL_TOL`` between two plain numbers (math-verify rounds to 6 decimals: it rejects ``0.70711``
+    for ``\\frac{\\sqrt{2}}{2}``)."""
+    from math_verify import verify
+
     try:
-        ea = parse_expr(ta, transformations=transformations, evaluate=True)
-        eb = parse_expr(tb, transformations=transformations, evaluate=True)
-        if sympy.simplify(ea - eb) == 0:
+        gold, pred = _parse(reference), _parse(prediction)
+        if not gold or not pred or not all(_small_powers(x) for x in (*gold, *pred)):
+            return False
+        if verify(gold, pred, timeout_seconds=None):
             return True
-        if not ea.free_symbols and not eb.free_symbols:
-            va, vb = complex(sympy.N(ea)), complex(sympy.N(eb))
-            return _numbers_close(va.real, vb.real) and _numbers_close(va.imag, vb.imag)
-    except Exception:  # sympy raises many kinds on odd input; unparsable means not shown equal
+        g, p = gold[0], pred[0]
+        if _cheap_number(g) and _cheap_number(p) and (g.is_Float or p.is_Float):
+            vg, vp = complex(g.evalf()), complex(p.evalf())
+            return _numbers_close(vg.real, vp.real) and _numbers_close(vg.imag, vp.imag)
+    except Exception:  # math-verify/sympy raise many kinds on odd input; unparsable means not shown equal
         return False
     return False
 
@@ -288,6 +250,7 @@ def call_with_timeout(fn: Callable[..., bool], args: tuple, timeout: float) -> b
     with _POOL_LOCK:
         if _POOL is None:
             _POOL = multiprocessing.get_context("spawn").Pool(1)
+            _POOL.apply(_warm_up)  # imports and grammar load, outside every timed call
         pool = _POOL
         try:
             return pool.apply_async(fn, args).get(timeout)
@@ -304,7 +267,8 @@ def _monotonic() -> float:
 
 
 def math_equal(prediction: str | None, reference: str | None, *, timeout: float = SYMPY_TIMEOUT) -> bool:
-    """Whether two MATH answers are equivalent.
+    """Whether two MATH answers are equivalent: the same after :func:`normalize_math_answer`, else
+    by HF ``math-verify`` (:func:`_math_verify_equal`), stopped after ``timeout`` seconds.
 
     Example:
         >>> math_equal(r"\\frac{1}{2}", "0.5"), math_equal("1/2", r"\\dfrac12"), math_equal("0.4", "1/2")
@@ -317,17 +281,19 @@ def math_equal(prediction: str | None, reference: str | None, *, timeout: float 
         return False
     if _compact(a) == _compact(b):
         return True
-    ta, tb = _split_tuple(a), _split_tuple(b)
-    if ta is not None and tb is not None and (len(ta[1]) > 1 or len(tb[1]) > 1):
-        return (
-            len(ta[1]) == len(tb[1])
-            and (ta[0], ta[2]) == (tb[0], tb[2])
-            and all(math_equal(x, y, timeout=timeout) for x, y in zip(ta[1], tb[1]))
-        )
-    fa, fb = _plain_number(a), _plain_number(b)
-    if fa is not None and fb is not None:
-        return _numbers_close(fa, fb)
-    return bool(call_with_timeout(_sympy_equal, (a, b), timeout))
+    _warm_up()  # math-verify's first parse loads its LaTeX grammar: not part of the timed call
+    return bool(call_with_timeout(_math_verify_equal, (prediction, reference), timeout))
+
+
+_WARM = False
+
+
+def _warm_up() -> bool:
+    global _WARM
+    if not _WARM:
+        _parse("1")
+        _WARM = True
+    return True
 
 
 class MathTask(Task):
@@ -382,8 +348,8 @@ class MathTask(Task):
             ))
         super().__init__(subsample(examples, n, seed))
 
-    def extract(self, text: str) -> str | None:
-        return extract_math_answer(text)
+    def extract(self, text: str, finish_reason: str | None = None) -> str | None:
+        return extract_math_answer(text, finish_reason)
 
     def is_correct(self, answer: str | None, example: Example) -> bool:
         return math_equal(answer, example.answer)

@@ -8,7 +8,7 @@ import re
 import string
 from collections.abc import Sequence
 
-from crl_envs.tasks.base import Example, Task
+from crl_envs.tasks.base import Example, Task, own_turn
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.numeric import boxed_contents
 
@@ -24,11 +24,13 @@ _LINE_START_RE = re.compile(r"^[\s\*_]*[\(\[]?(" + _L + r")[\)\]\.:](?:\s|$)")
 _PAREN_RE = re.compile(r"\((" + _L + r")\)")
 
 
-def extract_letter(text: str) -> str | None:
-    """The chosen option letter in a response, as models write it.
+def extract_letter(text: str, finish_reason: str | None = None) -> str | None:
+    """The chosen option letter in a response's own turn (:func:`crl_envs.tasks.base.own_turn`).
 
-    In order: the last ``\\boxed{B}``; the last "the answer is (B)" / "Answer: B"; a response that is
-    only a letter; a final line starting with "B)" / "(B)" / "B."; the last "(B)" anywhere.
+    In order: the last ``\\boxed{B}``; the last "the answer is (B)" / "Answer: B" (the last marker
+    wins, as for numbers); a response that is only a letter; a final line starting with "B)" /
+    "(B)" / "B."; the last "(B)" anywhere. A cut-off response (``finish_reason == "length"``)
+    counts only through the first two (a final line or a lone "(B)" may be an option being quoted).
 
     Example:
         >>> extract_letter("A is tempting, but the answer is (C).")
@@ -38,14 +40,18 @@ def extract_letter(text: str) -> str | None:
     """
     if not isinstance(text, str):
         return None
+    text, ended_by_turn = own_turn(text)
+    cut = finish_reason == "length" and not ended_by_turn
     for content in reversed(boxed_contents(text)):
         content = re.sub(r"\\text(?:bf)?\{([^{}]*)\}", r"\1", content)
         m = re.match(r"^\s*[\(\[]?(" + _L + r")[\)\]]?(?![A-Za-z0-9])", content)
         if m:
             return m.group(1)
-    found = _ANSWER_RE.findall(text)
+    found = [m for m in _ANSWER_RE.finditer(text) if not cut or m.end() < len(text.rstrip())]
     if found:
-        return found[-1]
+        return found[-1].group(1)
+    if cut:
+        return None
     m = _LONE_RE.match(text)
     if m:
         return m.group(1)
@@ -84,8 +90,8 @@ class MultipleChoiceTask(Task):
         header = example.metadata.get("header", self.header)
         return (f"{header}\n\n" if header else "") + f"{example.question}\n\n{options}"
 
-    def extract(self, text: str) -> str | None:
-        return extract_letter(text)
+    def extract(self, text: str, finish_reason: str | None = None) -> str | None:
+        return extract_letter(text, finish_reason)
 
     def is_correct(self, answer: str | None, example: Example) -> bool:
         return answer is not None and answer.strip().strip("()").upper() == example.answer

@@ -15,11 +15,12 @@ import re
 from crl_envs.tasks.base import Example, Task
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.math import (
+    _parse,
     _plain_number,
     _split_tuple,
+    _warm_up,
     call_with_timeout,
     extract_math_answer,
-    latex_to_sympy_text,
     normalize_math_answer,
 )
 
@@ -29,18 +30,16 @@ _SCI_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:\\times|\*|x|×)\s*10\s*\^\s*\{?\s
 _NUM_RE = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
-def _sympy_value(text: str) -> float | None:
-    import sympy
-    from sympy.parsing.sympy_parser import convert_xor, implicit_multiplication_application, parse_expr
-    from sympy.parsing.sympy_parser import standard_transformations as standard
-
+def _math_verify_value(text: str) -> float | None:
+    """The real value math-verify reads in ``text`` (``None`` if it has free symbols or none)."""
     try:
-        expr = parse_expr(text, transformations=(*standard, implicit_multiplication_application, convert_xor))
-        if expr.free_symbols:
-            return None
-        return float(sympy.N(expr))
+        parsed = _parse(text)
+        value = parsed[0] if parsed else None
+        if getattr(value, "is_number", False):
+            return float(value.evalf())
     except Exception:  # unparsable or not real: no value
         return None
+    return None
 
 
 def parse_number(text: str) -> float | None:
@@ -53,11 +52,10 @@ def parse_number(text: str) -> float | None:
     sci = _SCI_RE.fullmatch(s.replace(" ", "")) or _SCI_RE.fullmatch(s)
     if sci:
         return float(sci.group(1)) * 10 ** int(sci.group(2))
-    sympy_text = latex_to_sympy_text(s)
-    if sympy_text:
-        value = call_with_timeout(_sympy_value, (sympy_text,), 2.0)
-        if value is not None and math.isfinite(value):
-            return value
+    _warm_up()
+    value = call_with_timeout(_math_verify_value, (s,), 2.0)
+    if value is not None and math.isfinite(value):
+        return value
     found = _NUM_RE.findall(s.replace(",", ""))
     return float(found[-1]) if found else None
 
@@ -142,8 +140,8 @@ class TheoremQATask(Task):
             ))
         super().__init__(subsample(examples, n, seed))
 
-    def extract(self, text: str) -> str | None:
-        return extract_math_answer(text)
+    def extract(self, text: str, finish_reason: str | None = None) -> str | None:
+        return extract_math_answer(text, finish_reason)
 
     def is_correct(self, answer: str | None, example: Example) -> bool:
         return theoremqa_equal(answer, example.answer, example.metadata["answer_type"])
