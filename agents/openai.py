@@ -104,9 +104,11 @@ class OpenAIAgent(Agent):
         logprobs: ask for the sampled tokens' log-probabilities (``logprobs: true`` with
             ``top_logprobs``, without which llama.cpp's server sends none). A server that answers
             without them (``transformers serve``) fails the request at once with an error saying so:
-            missing log-probs never reach a trainer as ``None``.
-        top_logprobs: alternatives per token the server is asked for alongside the sampled token's
-            log-prob (the agent reads only the sampled one; 1 is the least llama.cpp accepts).
+            missing log-probs never reach a trainer as ``None``. Servers report the log-probs of the
+            model's own distribution, before temperature and top-p (vLLM's default
+            ``raw_logprobs``, llama.cpp): the same as HFAgent's at temperature 0 or 1 with top_p 1.
+        top_logprobs: alternatives per token the server is asked to list (the agent reads only the
+            sampled token's log-prob; llama.cpp needs the field, 0 suffices).
         token_ids: ask vLLM servers for token ids (``return_tokens_as_token_ids``, ``return_token_ids``;
             vLLM-specific fields that other servers may reject).
         seed_bits: seeds are reduced modulo ``2**seed_bits`` (servers such as llama.cpp take 32-bit seeds).
@@ -131,7 +133,7 @@ class OpenAIAgent(Agent):
         backoff_max: float = 30.0,
         retry_after_max: float = 120.0,
         logprobs: bool = False,
-        top_logprobs: int = 1,
+        top_logprobs: int = 0,
         token_ids: bool = False,
         seed_bits: int = 31,
         extra_body: dict[str, Any] | None = None,
