@@ -457,3 +457,33 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         tasks.load("theoremqa", path=_jsonl(tmp_path / "t.jsonl", THEOREMQA_ROWS), n=0)
     with pytest.raises(ValueError, match="answerKey"):
         tasks.load("arc_challenge", path=_jsonl(tmp_path / "a.jsonl", [dict(ARC_ROWS[0], answerKey="E")]))
+
+
+# ---- the model's own turn and cut-off answers, for letters, BBH and MATH (each read wrong before) ----
+def test_letter_extraction_reads_the_own_turn_and_refuses_a_cut_off_quote():
+    assert extract_letter("Answer: B\nAgent 2: The answer is (C).") == "B"
+    assert extract_letter("Let me weigh the options.\n(C) looks", finish_reason="length") is None
+    assert extract_letter("Let me weigh the options.\n(C) looks") == "C"
+    assert extract_letter("The answer is (A). Then I went on to", finish_reason="length") == "A"
+
+
+def test_bbh_extraction_reads_the_own_turn_and_the_cut_off_rule():
+    text = "So the answer is True.\nQuestion: not ( False ) is\nSo the answer is False."
+    assert extract_bbh_answer(text) == "True"
+    assert extract_bbh_answer("Step 1: ... the last line is partial", finish_reason="length") is None
+    assert extract_bbh_answer("So the answer is (B).\nNow for the", finish_reason="length") == "(B)"
+
+
+def test_math_extraction_reads_the_own_turn_and_the_cut_off_rule():
+    assert extract_math_answer("so $\\boxed{4}$\nUser: and 2+3?\nAssistant: \\boxed{5}") == "4"
+    assert extract_math_answer("Adding, we get 3 and then 12", finish_reason="length") is None
+    assert extract_math_answer("Adding, we get 3 and then 12") == "12"
+    assert extract_math_answer("so \\boxed{\\frac{1}{2", finish_reason="length") is None
+
+
+def test_math_verify_is_the_equivalence_and_huge_powers_are_refused_at_once():
+    # cases math-verify decides that the hand-written normaliser did not: sets in any order, equations
+    assert math_equal("\\{2, 1\\}", "\\{1,2\\}") and math_equal("y = 2x + 1", "1 + 2x")
+    start = time.monotonic()
+    assert not math_equal("9^{9^{9^{9}}}", "1") and not math_equal("2^{99999}", "3")
+    assert time.monotonic() - start < 10  # refused before sympy starts a big-integer power in C

@@ -28,7 +28,7 @@ from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.numeric import boxed_contents, last_number
 
 REL_TOL = 1e-4
-SYMPY_TIMEOUT = 2.0
+SYMPY_TIMEOUT = 5.0  # math-verify's own default
 _UNITS = (
     "cm|centimeters?|m|meters?|km|kilometers?|mm|inches|inch|in|feet|foot|ft|yards?|miles?|units?|"
     "square units|sq units|degrees?|dollars?|cents?|hours?|minutes?|seconds?|days?|weeks?|years?|"
