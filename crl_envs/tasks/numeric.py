@@ -271,9 +271,10 @@ class NumericTask(Task):
     ``\\boxed{N}``, ``#### N``) wins; a cut-off answer (``finish_reason == "length"``) counts only
     through a complete final marker; otherwise the last number stated as a result.
 
-    The instruction shows the format with a sample number instead of a placeholder letter: "'The
-    answer is N.' where N is a number" made SmolLM2 write "The answer is N." and "The answer is
-    N = 130." (``benchmarks/answer_format.py`` compares the wordings).
+    The instruction names a placeholder N, which SmolLM2 sometimes copies ("The answer is N." and
+    "The answer is N = 130."); extraction reads "N = 130" as 130 and skips a bare "N".
+    ``benchmarks/answer_format.py --wordings`` compares this wording with two others on the
+    pretrained pool by the share of answers that carry a final marker.
     """
 
     instruction = "Solve the problem. End your response with 'The answer is N.' where N is a number."
