@@ -112,7 +112,9 @@ class OpenAIAgent(Agent):
         token_ids: ask vLLM servers for token ids (``return_tokens_as_token_ids``, ``return_token_ids``;
             vLLM-specific fields that other servers may reject).
         seed_bits: seeds are reduced modulo ``2**seed_bits`` (servers such as llama.cpp take 32-bit seeds).
-        extra_body: fields added to every request body (e.g. ``{"top_k": 20}``).
+        extra_body: fields added to every request body (e.g. ``{"top_k": 20}``; for llama.cpp's
+            server ``{"repeat_penalty": 1.0}``: it applies 1.1 by default, so its greedy answer is
+            otherwise not the model's argmax).
 
     Example:
         >>> agent = OpenAIAgent("http://127.0.0.1:8000/v1", "qwen")                   # doctest: +SKIP

@@ -192,11 +192,13 @@ def test_llamacpp_serves_logprobs_usage_and_finish_reasons(llama_serve, task):
 @pytest.mark.slow
 def test_llamacpp_greedy_logprobs_are_the_top_choice(llama_serve, task):
     """At temperature 0 the sampled token is the most likely one: its log-prob is the top alternative's,
-    and the probabilities of the alternatives the server lists sum to at most 1."""
+    and the probabilities of the alternatives the server lists sum to at most 1. (llama.cpp's server
+    applies ``repeat_penalty`` 1.1 unless a request says otherwise, so its default "greedy" answer is
+    not the model's argmax; its log-probs are the model's, before the penalty.)"""
     import httpx
 
     body = {"model": "smollm2", "messages": chat(task.examples[0].question), "temperature": 0, "max_tokens": 12,
-            "logprobs": True, "top_logprobs": 3}
+            "logprobs": True, "top_logprobs": 3, "repeat_penalty": 1.0}
     data = httpx.post(f"{llama_serve.url}/chat/completions", json=body, timeout=120).json()
     entries = data["choices"][0]["logprobs"]["content"]
     assert entries
