@@ -28,12 +28,22 @@ if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("gemma3_
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 def test_lora_crl_on_smollm2_as_the_deciding_judge():
-    pool = agents.pool("pretrained")
-    train = tasks.load("arith", split="train", n=64, seed=1)
-    held_out = tasks.load("arith", split="test", n=20, seed=0)
+    pool = agents.pool(agents.pretrained.load(num_threads=1))
+    # one-digit sums: easy enough that SmolLM2's sampled verdicts are sometimes right, sometimes not
+    # (a group whose rollouts all score alike has zero advantage and trains nothing)
+    train = tasks.load("arith", split="train", n=64, seed=1, digits=1)
+    held_out = tasks.load("arith", split="test", n=10, seed=0, digits=1)
     config = CRLConfig(steps=2, questions_per_step=4, num_generations=4, temperature=1.0, learning_rate=5e-3,
-                       max_new_tokens=24, lora=LoraSettings(r=8, alpha=16, target_modules=ATTENTION),
+                       max_new_tokens=16, lora=LoraSettings(r=8, alpha=16, target_modules=ATTENTION),
                        protocol_options={"judge": "model_0", "fallback": "none"}, progress=False)
     trainer = CRLTrainer("judge", pool, train, learner="model_0", config=config, eval_task=held_out)
     model = trainer.policy.model
@@ -42,13 +52,14 @@ def test_lora_crl_on_smollm2_as_the_deciding_judge():
     assert {m for m in ATTENTION if any(f".{m}.lora_A" in n for n in trainable)} == set(ATTENTION)
     before_weights = {n: p.detach().clone() for n, p in model.named_parameters()}
     pool_fingerprint = pool["model_0"].fingerprint
-    probe = [Request([{"role": "user", "content": ex.question}], SamplingParams(max_new_tokens=24)) for ex in held_out]
+    probe = [Request([{"role": "user", "content": ex.question}], SamplingParams(max_new_tokens=16)) for ex in held_out]
     answers_before = [g.text for g in trainer.policy.generate(probe)]
     before = trainer.evaluate()
 
     history = trainer.fit()
 
     assert len(history) == 2 and all(math.isfinite(h["loss"]) for h in history)
+    print("\nhistory:", [{k: round(v, 4) for k, v in h.items() if isinstance(v, float)} for h in history])
     changed = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before_weights[n])}
     assert changed and changed <= trainable, f"non-adapter weights changed: {sorted(changed - trainable)[:3]}"
     answers_after = [g.text for g in trainer.policy.generate(probe)]
