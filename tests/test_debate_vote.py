@@ -172,12 +172,17 @@ def test_bad_inputs_give_clear_errors(scripted_pool, arith_task):
 
 
 def test_oversized_action_is_truncated_not_an_error(scripted_pool, arith_task):
-    env = crl_envs.vote_v0(scripted_pool, arith_task, max_action_chars=10)
-    env.reset(seed=0, options={"example": 0})
+    # A truncated action counts as cut off: only a complete final marker before the cut is read.
     ref = arith_task[0].answer
-    obs, rewards, terms, *_ = env.step({a: ref + " " + "x" * 10_000 for a in env.agents})
-    assert all(terms.values()) and all(len(t.text) <= 10 for t in env.transcript)
+    marked = f"The answer is {ref}. "
+    env = crl_envs.vote_v0(scripted_pool, arith_task, max_action_chars=len(marked) + 5)
+    env.reset(seed=0, options={"example": 0})
+    obs, rewards, terms, *_ = env.step({a: marked + "x" * 10_000 for a in env.agents})
+    assert all(terms.values()) and all(len(t.text) <= len(marked) + 5 for t in env.transcript)
     assert set(rewards.values()) == {1.0}
+    env.reset(seed=0, options={"example": 0})   # a bare number cut mid-answer is not an answer
+    obs, rewards, *_ = env.step({a: ref + " " + "x" * 10_000 for a in env.agents})
+    assert set(rewards.values()) == {0.0}
 
 
 def test_coalition_wrapper_matches_reset_option(scripted_pool, arith_task):
