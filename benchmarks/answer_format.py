@@ -25,7 +25,7 @@ import agents
 from crl_envs import run_episodes
 from crl_envs import tasks as task_registry
 
-WORDINGS = {
+WORDINGS = {  # "fill-in" is NumericTask.instruction since #19 (the highest marker share)
     "N-placeholder": "Solve the problem. End your response with 'The answer is N.' where N is a number.",
     "example-7": "Solve the problem. End your response with a sentence like 'The answer is 7.', "
                  "with your result in place of 7.",

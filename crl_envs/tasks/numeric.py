@@ -271,13 +271,16 @@ class NumericTask(Task):
     ``\\boxed{N}``, ``#### N``) wins; a cut-off answer (``finish_reason == "length"``) counts only
     through a complete final marker; otherwise the last number stated as a result.
 
-    The instruction names a placeholder N, which SmolLM2 sometimes copies ("The answer is N." and
-    "The answer is N = 130."); extraction reads "N = 130" as 130 and skips a bare "N".
-    ``benchmarks/answer_format.py --wordings`` compares this wording with two others on the
-    pretrained pool by the share of answers that carry a final marker.
+    The instruction names no placeholder: "End your response with 'The answer is N.' where N is a
+    number" made SmolLM2 write "The answer is N." and "The answer is N = 130." (extraction still
+    reads "N = 130" as 130 and skips a bare "N"). On the pretrained pool, arith, 30 questions
+    (``benchmarks/answer_format.py --wordings --n 30 --max-new-tokens 128``), SmolLM2's answers
+    carried a final marker 0.77 of the time with this wording, 0.73 with the N wording and 0.53
+    with "like 'The answer is 7.'" (which it copied twice); gemma-3-270m (a base model) wrote none
+    with any of them. The zoo never sees it (its chat template drops system messages).
     """
 
-    instruction = "Solve the problem. End your response with 'The answer is N.' where N is a number."
+    instruction = "Solve the problem. Finish with the sentence 'The answer is', then your final number, then a period."
 
     def extract(self, text: str, finish_reason: str | None = None) -> str | None:
         return extract_number(text, finish_reason)
