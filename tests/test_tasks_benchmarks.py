@@ -453,7 +453,7 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         tasks.load("math", path=str(tmp_path / "x.txt"))
     with pytest.raises(ValueError, match="subset"):
         tasks.load("math", subset="hard")
-    with pytest.raises(ValueError, match="n must be >= 1"):
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
         tasks.load("theoremqa", path=_jsonl(tmp_path / "t.jsonl", THEOREMQA_ROWS), n=0)
     with pytest.raises(ValueError, match="answerKey"):
         tasks.load("arc_challenge", path=_jsonl(tmp_path / "a.jsonl", [dict(ARC_ROWS[0], answerKey="E")]))
