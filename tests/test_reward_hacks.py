@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_tasks_benchmarks import MBPP_ROWS as BENCHMARK_MBPP_ROWS
 
 from crl_envs import tasks
 from crl_envs.sandbox import isolation
@@ -20,21 +21,7 @@ TIMEOUT = 4.0
 
 pytestmark = pytest.mark.skipif(not isolation(), reason="needs bwrap (apt-get install bubblewrap)")
 
-MBPP_ROWS = [  # google-research-datasets/mbpp "full" schema
-    {"task_id": 2, "text": "Write a function to find the similar elements from the given two tuple lists.",
-     "code": "def similar_elements(test_tup1, test_tup2):\r\n  res = tuple(sorted(set(test_tup1) & set(test_tup2)))\r\n"
-             "  return (res) ",
-     "test_list": ["assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)",
-                   "assert similar_elements((1, 2, 3, 4),(5, 4, 3, 7)) == (3, 4)",
-                   "assert similar_elements((11, 12, 14, 13),(17, 15, 14, 13)) == (13, 14)"],
-     "test_setup_code": "", "challenge_test_list": []},
-    {"task_id": 3, "text": "Write a python function to identify non-prime numbers.",
-     "code": "import math\r\ndef is_not_prime(n):\r\n    result = False\r\n    for i in range(2,int(math.sqrt(n)) + 1):"
-             "\r\n        if n % i == 0:\r\n            result = True\r\n    return result",
-     "test_list": ["assert is_not_prime(2) == False", "assert is_not_prime(10) == True",
-                   "assert is_not_prime(35) == True"],
-     "test_setup_code": "", "challenge_test_list": []},
-]
+MBPP_ROWS = BENCHMARK_MBPP_ROWS[:2]  # google-research-datasets/mbpp "full" schema
 
 HACKS = {
     # 1. reading harness state from inside the process
