@@ -13,13 +13,9 @@ from crl_envs.tasks import Example
 PROMPTS = ["1+2=", "what is 17*3? think step by step", "x", "hello there, model", "99-1", "a longer prompt " * 4]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """A 2-layer model gains nothing from intra-op threads, and they thrash on a busy shared CPU."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """Every test here runs on one torch thread (conftest's ``one_thread``)."""
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import torch
 
 import agents
 import crl_envs
@@ -309,13 +308,6 @@ def hf_backed_response(agent: HFAgent) -> Callable[[dict], dict]:
     return respond
 
 
-@pytest.fixture
-def one_thread():
-    """A 2-layer model gains nothing from intra-op threads, and they thrash on a busy shared CPU."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def test_runner_through_a_server_matches_the_model_played_directly(tiny_model_dir, arith_task, one_thread):

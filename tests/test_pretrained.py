@@ -37,13 +37,9 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread: on a shared 2-core machine two threads ran these tests 4x slower (spin-waits)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """Every test here runs on one torch thread (conftest's ``one_thread``)."""
 
 
 @pytest.fixture(scope="module", params=NAMES)

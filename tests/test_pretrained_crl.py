@@ -29,11 +29,8 @@ ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+def _one_thread(one_thread):
+    """Every test here runs on one torch thread (conftest's ``one_thread``)."""
 
 
 def test_lora_crl_on_smollm2_as_the_deciding_judge():

@@ -82,15 +82,6 @@ def test_mask_follows_the_coalition_and_cache_saves_calls(scripted_pool, task):
     assert env.model_calls == len(task)  # second pass over the questions: all cache hits
 
 
-@pytest.fixture
-def one_thread():
-    """PPO's tiny MLP ops are ~15x slower with 2 intra-op threads on a busy 2-core machine."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_sb3_env_checker_and_maskable_ppo_learns_the_best_model(task, one_thread):

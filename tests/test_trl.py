@@ -42,11 +42,8 @@ def train():
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_thread):
+    """Every test here runs on one torch thread (conftest's ``one_thread``)."""
 
 
 def make(zoo, train, tmp_path, *, reward="system", questions=2, **overrides):
