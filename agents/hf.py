@@ -230,6 +230,9 @@ class HFAgent(Agent):
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._keeps_logits = "logits_to_keep" in params
+        #: decode through :func:`agents.kv_cache.growing_cache` (False: transformers' dynamic cache,
+        #: kept for side-by-side benchmarks and equivalence tests)
+        self.growing_cache = True
         config = self.model.config
         #: the most positions the model can attend over (prompt + answer); None when unknown
         self.context_length: int | None = getattr(config, "n_positions", None) or getattr(
@@ -360,6 +363,12 @@ class HFAgent(Agent):
         finished = [False] * batch
 
         extra = {"logits_to_keep": 1} if self._keeps_logits else {}
+        if self.growing_cache:  # written in place, not re-concatenated every step (agents.kv_cache)
+            from agents.kv_cache import growing_cache
+
+            cache = growing_cache(self.model, capacity=width + max(limits))
+            if cache is not None:
+                extra[self._cache_arg] = cache
         out = self.model(
             input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, **extra
         )

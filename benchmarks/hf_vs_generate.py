@@ -1,0 +1,130 @@
+"""HFAgent against ``model.generate`` and the teacher-forced forward, side by side, on real models.
+
+For each model and batch size the same left-padded chat prompts (arith questions) are decoded
+greedily for exactly ``--new-tokens`` tokens (EOS ignored, so every row does the same work) by:
+
+- ``HFAgent.generate`` (our decoding loop: per-request seeds, stop strings, log-probs);
+- ``model.generate`` (transformers' loop, greedy, no scores);
+- one teacher-forced forward of the model over the same prompt + generated tokens, no cache,
+  at the largest batch: the arithmetic generation needs at the least, done all at once.
+
+The two generators run interleaved, ``--repeats`` times each; the medians are compared. Also
+checks that both give the same tokens (the greedy contract). Ratios above 1 favour HFAgent.
+
+    python benchmarks/hf_vs_generate.py                               # SmolLM2 + Gemma, batch 1 16 64
+    python benchmarks/hf_vs_generate.py --models zoo --batches 1 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+
+import agents
+from agents import HFAgent, Request, SamplingParams
+from crl_envs import tasks
+
+MODELS = {
+    "smollm2": "pretrained:smollm2-135m-instruct",
+    "gemma": "pretrained:gemma-3-270m",
+    "zoo": "zoo:zoo-small",
+}
+
+
+def chats(n: int, shots: int = 0) -> list[list[dict]]:
+    """``n`` arith questions, each after ``shots`` worked examples (longer prompts, as in debate rounds)."""
+    task = tasks.load("arith", n=n + shots, seed=3)
+    solved = "".join(f"{task.prompt(ex)}\nThe answer is {ex.answer}.\n\n" for ex in task.examples[n:])
+    return [[{"role": "user", "content": solved + task.prompt(ex)}] for ex in task.examples[:n]]
+
+
+def left_pad(agent: HFAgent, sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), agent.tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, s in enumerate(sequences):
+        ids[row, width - len(s):] = torch.tensor(s)
+        mask[row, width - len(s):] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def hf_generate(agent: HFAgent, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+    """transformers' own greedy loop on the same left-padded prompts, exactly ``new_tokens`` tokens."""
+    ids, mask = left_pad(agent, prompts)
+    config = copy.deepcopy(agent.model.generation_config)
+    config.eos_token_id = -1  # no real token: every row runs to max_new_tokens
+    config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
+    config.max_new_tokens, config.pad_token_id = new_tokens, agent.tokenizer.pad_token_id
+    out = agent.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                               )
+    return out[:, ids.shape[1]:].tolist()
+
+
+@torch.no_grad()
+def teacher_forced(agent: HFAgent, sequences: list[list[int]]) -> None:
+    ids, mask = left_pad(agent, sequences)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    agent.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
+
+
+def timed(fn, *args) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    result = fn(*args)
+    return time.perf_counter() - t0, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["smollm2", "gemma"], choices=sorted(MODELS))
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--shots", type=int, default=0, help="worked examples before each question (longer prompts)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"greedy, {args.new_tokens} new tokens per row (EOS ignored), {args.threads} threads, "
+          f"{args.shots} worked examples per prompt, median of {args.repeats} interleaved runs; ratio = model.generate s / HFAgent s")
+    print("| model | batch | prompt tok | HFAgent s | generate s | HFAgent / generate | same tokens |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    bounds = []
+    for key in args.models:
+        agent = agents.from_spec(MODELS[key])
+        agent.eos_ids = set()
+        agent.num_threads = None
+        params = SamplingParams(temperature=0.0, max_new_tokens=args.new_tokens)
+        for batch in args.batches:
+            messages = chats(batch, args.shots)
+            requests = [Request(m, params) for m in messages]
+            prompts = [agent.encode_prompt(m) for m in messages]
+            hf_generate(agent, prompts[:2], 2)
+            agent.generate(requests[:2])  # warm-up
+            ours, theirs, gens, ref = [], [], None, None
+            for _ in range(args.repeats):
+                t, gens = timed(agent.generate, requests)
+                ours.append(t)
+                t, ref = timed(hf_generate, agent, prompts, args.new_tokens)
+                theirs.append(t)
+            a, b = statistics.median(ours), statistics.median(theirs)
+            same = sum(g.token_ids == r for g, r in zip(gens, ref))
+            width = max(len(p) for p in prompts)
+            print(f"| {agent.name} | {batch} | {width} | {a:.3f} | {b:.3f} | **{b / a:.2f}x** | {same}/{batch} |",
+                  flush=True)
+        batch = max(args.batches)
+        sequences = [g.prompt_token_ids + g.token_ids for g in gens]
+        forward = min(timed(teacher_forced, agent, sequences)[0] for _ in range(args.repeats))
+        bounds.append((agent.name, batch, forward, a))
+    print()
+    print("| model | batch | teacher-forced forward s | HFAgent s | forward / HFAgent |")
+    print("|---|---:|---:|---:|---:|")
+    for name, batch, forward, ours in bounds:
+        print(f"| {name} | {batch} | {forward:.3f} | {ours:.3f} | **{forward / ours:.2f}** |")
+
+
+if __name__ == "__main__":
+    main()
