@@ -53,15 +53,18 @@ def left_pad(agent: HFAgent, sequences: list[list[int]]) -> tuple[torch.Tensor, 
 
 
 @torch.no_grad()
-def hf_generate(agent: HFAgent, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
-    """transformers' own greedy loop on the same left-padded prompts, exactly ``new_tokens`` tokens."""
+def hf_generate(agent: HFAgent, prompts: list[list[int]], new_tokens: int, temperature: float = 0.0) -> list[list[int]]:
+    """transformers' own loop on the same left-padded prompts, exactly ``new_tokens`` tokens:
+    greedy, or sampling at ``temperature`` from the whole distribution (no top-k, top-p 1)."""
     ids, mask = left_pad(agent, prompts)
     config = copy.deepcopy(agent.model.generation_config)
     config.eos_token_id = -1  # no real token: every row runs to max_new_tokens
-    config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
+    if temperature > 0:
+        config.do_sample, config.temperature, config.top_p, config.top_k = True, temperature, 1.0, 0
+    else:
+        config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
     config.max_new_tokens, config.pad_token_id = new_tokens, agent.tokenizer.pad_token_id
-    out = agent.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
-                               )
+    out = agent.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     return out[:, ids.shape[1]:].tolist()
 
 
@@ -85,10 +88,13 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="sample at this temperature (seeded per request for HFAgent; no token check)")
     parser.add_argument("--shots", type=int, default=0, help="worked examples before each question (longer prompts)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"greedy, {args.new_tokens} new tokens per row (EOS ignored), {args.threads} threads, "
+    mode = f"sampling at T={args.temperature}" if args.temperature > 0 else "greedy"
+    print(f"{mode}, {args.new_tokens} new tokens per row (EOS ignored), {args.threads} threads, "
           f"{args.shots} worked examples per prompt, median of {args.repeats} interleaved runs; ratio = model.generate s / HFAgent s")
     print("| model | batch | prompt tok | HFAgent s | generate s | HFAgent / generate | same tokens |")
     print("|---|---:|---:|---:|---:|---:|---|")
@@ -97,10 +103,11 @@ def main() -> None:
         agent = agents.from_spec(MODELS[key])
         agent.eos_ids = set()
         agent.num_threads = None
-        params = SamplingParams(temperature=0.0, max_new_tokens=args.new_tokens)
+        params = [SamplingParams(temperature=args.temperature, max_new_tokens=args.new_tokens, seed=i)
+                  for i in range(max(args.batches))]
         for batch in args.batches:
             messages = chats(batch, args.shots)
-            requests = [Request(m, params) for m in messages]
+            requests = [Request(m, p) for m, p in zip(messages, params)]
             prompts = [agent.encode_prompt(m) for m in messages]
             hf_generate(agent, prompts[:2], 2)
             agent.generate(requests[:2])  # warm-up
@@ -108,12 +115,12 @@ def main() -> None:
             for _ in range(args.repeats):
                 t, gens = timed(agent.generate, requests)
                 ours.append(t)
-                t, ref = timed(hf_generate, agent, prompts, args.new_tokens)
+                t, ref = timed(hf_generate, agent, prompts, args.new_tokens, args.temperature)
                 theirs.append(t)
             a, b = statistics.median(ours), statistics.median(theirs)
-            same = sum(g.token_ids == r for g, r in zip(gens, ref))
+            same = "—" if args.temperature > 0 else f"{sum(g.token_ids == r for g, r in zip(gens, ref))}/{batch}"
             width = max(len(p) for p in prompts)
-            print(f"| {agent.name} | {batch} | {width} | {a:.3f} | {b:.3f} | **{b / a:.2f}x** | {same}/{batch} |",
+            print(f"| {agent.name} | {batch} | {width} | {a:.3f} | {b:.3f} | **{b / a:.2f}x** | {same} |",
                   flush=True)
         batch = max(args.batches)
         sequences = [g.prompt_token_ids + g.token_ids for g in gens]
