@@ -93,7 +93,10 @@ def sample_next(
     The draw is :func:`nucleus_draw`, which gives the tokens of a full sort without doing one.
     """
     greedy = temperature == 0
-    scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    if bool(greedy.all()):  # x / 1 is x: skip a pass over the whole vocabulary
+        scaled = logits
+    else:
+        scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
     logp = torch.log_softmax(scaled, dim=-1)
     chosen = logits.argmax(dim=-1)
     sampled = [j for j, g in enumerate(generators) if g is not None]
