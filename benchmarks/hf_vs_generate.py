@@ -18,6 +18,7 @@ checks that both give the same tokens (the greedy contract). Ratios above 1 favo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import statistics
 import time
@@ -26,6 +27,7 @@ import torch
 
 import agents
 from agents import HFAgent, Request, SamplingParams
+from agents.hf import cpu_threads
 from crl_envs import tasks
 
 MODELS = {
@@ -58,13 +60,14 @@ def hf_generate(agent: HFAgent, prompts: list[list[int]], new_tokens: int, tempe
     greedy, or sampling at ``temperature`` from the whole distribution (no top-k, top-p 1)."""
     ids, mask = left_pad(agent, prompts)
     config = copy.deepcopy(agent.model.generation_config)
-    config.eos_token_id = -1  # no real token: every row runs to max_new_tokens
+    config.eos_token_id = len(agent.tokenizer) + 10**6  # no real token: every row runs to max_new_tokens
     if temperature > 0:
         config.do_sample, config.temperature, config.top_p, config.top_k = True, temperature, 1.0, 0
     else:
         config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
     config.max_new_tokens, config.pad_token_id = new_tokens, agent.tokenizer.pad_token_id
-    out = agent.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    with cpu_threads(agent.num_threads):  # the threads HFAgent decodes on (one for small models)
+        out = agent.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     return out[:, ids.shape[1]:].tolist()
 
 
@@ -72,7 +75,20 @@ def hf_generate(agent: HFAgent, prompts: list[list[int]], new_tokens: int, tempe
 def teacher_forced(agent: HFAgent, sequences: list[list[int]]) -> None:
     ids, mask = left_pad(agent, sequences)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    agent.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
+    with cpu_threads(agent.prefill_threads):
+        agent.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
+
+
+@contextlib.contextmanager
+def decoding_before_17(agent: HFAgent):
+    """HFAgent as it decoded before #17: transformers' dynamic cache and a full sort per sampled row."""
+    import agents.hf as hf
+
+    draw, agent.growing_cache, hf.nucleus_draw = hf.nucleus_draw, False, hf.sorted_nucleus_draw
+    try:
+        yield
+    finally:
+        agent.growing_cache, hf.nucleus_draw = True, draw
 
 
 def timed(fn, *args) -> tuple[float, object]:
@@ -91,18 +107,21 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="sample at this temperature (seeded per request for HFAgent; no token check)")
     parser.add_argument("--shots", type=int, default=0, help="worked examples before each question (longer prompts)")
+    parser.add_argument("--before", action="store_true",
+                        help="also time HFAgent as it decoded before #17 (transformers' dynamic cache, a full sort "
+                             "per sampled row per step): the speed-up of the in-place cache and the windowed draw")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     mode = f"sampling at T={args.temperature}" if args.temperature > 0 else "greedy"
     print(f"{mode}, {args.new_tokens} new tokens per row (EOS ignored), {args.threads} threads, "
           f"{args.shots} worked examples per prompt, median of {args.repeats} interleaved runs; ratio = model.generate s / HFAgent s")
-    print("| model | batch | prompt tok | HFAgent s | generate s | HFAgent / generate | same tokens |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    extra = ("| before s | now / before |", "---:|---:|") if args.before else ("", "")
+    print(f"| model | batch | prompt tok | HFAgent s | generate s | HFAgent / generate | same tokens {extra[0]}")
+    print(f"|---|---:|---:|---:|---:|---:|---|{extra[1]}")
     bounds = []
     for key in args.models:
         agent = agents.from_spec(MODELS[key])
         agent.eos_ids = set()
-        agent.num_threads = None
         params = [SamplingParams(temperature=args.temperature, max_new_tokens=args.new_tokens, seed=i)
                   for i in range(max(args.batches))]
         for batch in args.batches:
@@ -111,17 +130,25 @@ def main() -> None:
             prompts = [agent.encode_prompt(m) for m in messages]
             hf_generate(agent, prompts[:2], 2)
             agent.generate(requests[:2])  # warm-up
-            ours, theirs, gens, ref = [], [], None, None
+            ours, theirs, before, gens, ref = [], [], [], None, None
             for _ in range(args.repeats):
                 t, gens = timed(agent.generate, requests)
                 ours.append(t)
                 t, ref = timed(hf_generate, agent, prompts, args.new_tokens, args.temperature)
                 theirs.append(t)
+                if args.before:
+                    with decoding_before_17(agent):
+                        t, old = timed(agent.generate, requests)
+                    before.append(t)
+                    assert [g.token_ids for g in old] == [g.token_ids for g in gens], "before and now must agree"
             a, b = statistics.median(ours), statistics.median(theirs)
             same = "—" if args.temperature > 0 else f"{sum(g.token_ids == r for g, r in zip(gens, ref))}/{batch}"
             width = max(len(p) for p in prompts)
-            print(f"| {agent.name} | {batch} | {width} | {a:.3f} | {b:.3f} | **{b / a:.2f}x** | {same} |",
-                  flush=True)
+            row = f"| {agent.name} | {batch} | {width} | {a:.3f} | {b:.3f} | **{b / a:.2f}x** | {same} |"
+            if args.before:
+                c = statistics.median(before)
+                row += f" {c:.3f} | **{c / a:.2f}x** |"
+            print(row, flush=True)
         batch = max(args.batches)
         sequences = [g.prompt_token_ids + g.token_ids for g in gens]
         forward = min(timed(teacher_forced, agent, sequences)[0] for _ in range(args.repeats))
