@@ -4,6 +4,8 @@
 - :class:`HFAgent` — transformers models (spec ``hf:<path or hub id>``).
 - :class:`OpenAIAgent` — OpenAI-compatible servers (spec ``openai:<base url>#<model>``).
 - :class:`VLLMAgent` — vLLM's offline engine (spec ``vllm:<hub id or path>``; the ``vllm`` extra).
+- :class:`LlamaCppAgent` — a GGUF file run by llama.cpp on CPU (spec ``llamacpp:<file.gguf>``; the ``llamacpp``
+  extra); ``agents.pool("pretrained-llamacpp")`` is the pretrained pool through it.
 - :class:`ScriptedAgent` — deterministic answers, for tests and analysis.
 - ``agents.pool("zoo")`` — the tiny shipped models; ``agents.pool("pretrained")`` — SmolLM2-135M-Instruct
   and gemma-3-270m from PyPI wheels (:mod:`agents.pretrained`; also ``hf:<file.gguf>`` specs).
@@ -28,16 +30,24 @@ def _vllm_from_spec(target: str) -> Agent:
     return VLLMAgent.from_spec(target)
 
 
+def _llamacpp_from_spec(target: str) -> Agent:
+    from agents.llamacpp import LlamaCppAgent
+
+    return LlamaCppAgent.from_spec(target)
+
+
 register_backend("hf", HFAgent.from_spec)
 register_backend("openai", _openai_from_spec)
 register_backend("vllm", _vllm_from_spec)
+register_backend("llamacpp", _llamacpp_from_spec)
 import agents.zoo  # noqa: E402,F401  (registers agents.pool("zoo") and "zoo:<name>"; models load on first use)
 from agents import pretrained as _pretrained  # noqa: E402  (light: loads nothing until asked)
 
 register_pool("pretrained", _pretrained.load)
+register_pool("pretrained-llamacpp", lambda: _pretrained.load(backend="llamacpp"))
 register_backend("pretrained", _pretrained.agent_from_spec)
 
-_LAZY = {"OpenAIAgent": "agents.openai", "VLLMAgent": "agents.vllm"}
+_LAZY = {"OpenAIAgent": "agents.openai", "VLLMAgent": "agents.vllm", "LlamaCppAgent": "agents.llamacpp"}
 
 
 def __getattr__(name: str):
@@ -51,6 +61,6 @@ def __getattr__(name: str):
 
 __all__ = [
     "Agent", "Generation", "Message", "Request", "SamplingParams", "sample_n", "stable_hash",
-    "HFAgent", "OpenAIAgent", "VLLMAgent", "ScriptedAgent", "Pool", "pool", "from_spec", "register_backend",
+    "HFAgent", "OpenAIAgent", "VLLMAgent", "LlamaCppAgent", "ScriptedAgent", "Pool", "pool", "from_spec", "register_backend",
     "register_pool",
 ]

@@ -64,6 +64,14 @@ def _require_gguf() -> None:
         ) from None
 
 
+def converted_dir(sha256: str) -> Path:
+    """Where :func:`gguf_model_dir` keeps the conversion of the GGUF file with checksum ``sha256``
+    (it may not exist yet): keyed by the file and by the transformers version that converts it."""
+    import transformers
+
+    return cache_root() / "gguf" / f"{sha256}-transformers-{transformers.__version__}"
+
+
 def gguf_model_dir(path: str | Path, *, sha256: str | None = None) -> Path:
     """A ``save_pretrained`` directory (model and tokenizer) converted from the GGUF file ``path``.
 
@@ -78,7 +86,7 @@ def gguf_model_dir(path: str | Path, *, sha256: str | None = None) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file {str(path)!r} does not exist; pass the path of a .gguf file")
     digest = sha256 or sha256_file(path)
-    target = cache_root() / "gguf" / f"{digest}-transformers-{transformers.__version__}"
+    target = converted_dir(digest)
     if (target / "config.json").exists():
         return target
     _require_gguf()
@@ -165,25 +173,68 @@ def model_dir(name: str) -> Path:
     raise ValueError(f"unknown pretrained model {name!r}; the pretrained pool has {list(NAMES)}")
 
 
-def load(names: list[str] | tuple[str, ...] | None = None, **options) -> list[Agent]:
-    """The pretrained models as :class:`agents.HFAgent` (all in pool order, or ``names``);
-    ``options`` go to ``HFAgent`` (``device``, ``dtype``, ``batch_size``...)."""
-    from agents.hf import HFAgent
+def gguf_file(name: str) -> tuple[Path, str | None]:
+    """The original GGUF file of a pretrained-pool model and its sha256 when known in advance (None:
+    hash it); what the ``llamacpp`` backend runs, quantised as shipped."""
+    if name == SMOLLM2:
+        return smollm2_gguf(), None
+    if name == GEMMA3:
+        return gemma3_gguf()
+    raise ValueError(f"unknown pretrained model {name!r}; the pretrained pool has {list(NAMES)}")
 
+
+#: ``backend=`` of :func:`load`: ``"hf"`` (HFAgent on the dequantised float32 model, trainable) or
+#: ``"llamacpp"`` (:class:`agents.llamacpp.LlamaCppAgent` on the quantised GGUF file: faster on CPU, not trainable)
+BACKENDS: tuple[str, ...] = ("hf", "llamacpp")
+
+
+def _backend_class(backend: str) -> type[Agent]:
+    if backend == "hf":
+        from agents.hf import HFAgent
+
+        return HFAgent
+    if backend == "llamacpp":
+        from agents.llamacpp import LlamaCppAgent
+
+        return LlamaCppAgent
+    raise ValueError(f"unknown pretrained backend {backend!r}; use one of {list(BACKENDS)}")
+
+
+def _build(name: str, backend: str, options: dict) -> Agent:
+    if backend == "llamacpp":
+        path, digest = gguf_file(name)
+        return _backend_class(backend)(path, sha256=digest, **options)
+    return _backend_class(backend)(model_dir(name), **options)
+
+
+def load(names: list[str] | tuple[str, ...] | None = None, *, backend: str = "hf", **options) -> list[Agent]:
+    """The pretrained models (all in pool order, or ``names``) as :class:`agents.HFAgent`, or with
+    ``backend="llamacpp"`` as :class:`agents.llamacpp.LlamaCppAgent` on the GGUF files themselves;
+    ``options`` go to the agent's constructor (``device``, ``dtype``, ``batch_size``... or ``n_threads``...)."""
+    _backend_class(backend)
     chosen = list(NAMES if names is None else names)
     for n in chosen:
         if n not in NAMES:
             raise ValueError(f"unknown pretrained model {n!r}; the pretrained pool has {list(NAMES)}")
-    return [HFAgent(model_dir(n), name=n, **options) for n in chosen]
+    return [_build(n, backend, {"name": n, **options}) for n in chosen]
 
 
 def agent_from_spec(target: str) -> Agent:
-    """``agents.from_spec("pretrained:<name>[?dtype=...&device=...]")``: one pretrained model."""
+    """``agents.from_spec("pretrained:<name>[?dtype=...&device=...]")``: one pretrained model;
+    ``?backend=llamacpp[&n_threads=2]`` runs it through llama.cpp instead of transformers."""
     from agents.hf import HFAgent
+    from agents.llamacpp import LlamaCppAgent
     from agents.spec_options import split_options
 
-    name, options = split_options(target, HFAgent.SPEC_OPTIONS, "pretrained")
+    allowed = {**HFAgent.SPEC_OPTIONS, **LlamaCppAgent.SPEC_OPTIONS, "backend": str}
+    name, options = split_options(target, allowed, "pretrained")
+    backend = options.pop("backend", "hf")
+    own = _backend_class(backend).SPEC_OPTIONS
+    foreign = sorted(set(options) - set(own))
+    if foreign:
+        raise ValueError(f"pretrained spec option(s) {foreign} in 'pretrained:{target}' are not options of "
+                         f"backend={backend}; its options: {sorted(own)}")
     options.setdefault("name", name)
     if name not in NAMES:
         raise ValueError(f"unknown pretrained model {name!r} in 'pretrained:{target}'; known: {list(NAMES)}")
-    return HFAgent(model_dir(name), **options)
+    return _build(name, backend, options)
