@@ -3,7 +3,9 @@
 Spec ``llamacpp:/path/to/file.gguf[?n_threads=2&n_ctx=4096&name=x]``; the pretrained pool through it:
 ``agents.pretrained.load(backend="llamacpp")`` or ``pretrained:smollm2-135m-instruct?backend=llamacpp``.
 On 2 CPU cores SmolLM2-135M decodes about 7x faster this way than through :class:`agents.HFAgent` at
-batch 1 (``benchmarks/llamacpp_vs_hf.py``); HFAgent stays the backend that trains.
+batch 1 (``benchmarks/llamacpp_vs_hf.py``; about 95% of the time is in ``llama_decode``, the rest is the
+sampler below); HFAgent stays the backend that trains. llama.cpp's threads spin while they wait for
+each other: on a machine busy with other work, ``n_threads=1`` per agent can be the faster setting.
 
 What is shared with HFAgent, so that the same request means the same thing on both:
 
@@ -138,6 +140,13 @@ def reusable_prefix(cached: Sequence[int], prompt: Sequence[int], chunk: int) ->
     return min(common_prefix(cached, prompt), len(prompt) - 1) // chunk * chunk
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
     for x, y in zip(a, b):
@@ -199,7 +208,7 @@ class LlamaCppAgent(Agent):
         self.name = name or path.stem
         self.sha256 = sha256 or file_sha256(path)
         self.tokenizer = tokenizer if tokenizer is not None else gguf_tokenizer(path, self.sha256)
-        self.n_threads = n_threads or len(os.sched_getaffinity(0))
+        self.n_threads = n_threads or usable_cpus()
         self.prefix_cache = prefix_cache
         self._llama_cpp = llama_cpp
         self.llm = llama_cpp.Llama(
