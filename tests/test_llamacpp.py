@@ -338,3 +338,24 @@ def test_gemma3_runs_through_llama_cpp():
         assert greedy.token_ids == expected
     finally:
         gemma.close()
+
+
+@needs_llama
+@pytest.mark.slow
+def test_a_bare_gguf_gets_its_tokenizer_from_the_file_once(gguf, smol, tmp_path, monkeypatch):
+    """Without an HFAgent conversion in the cache, the tokenizer is built from the GGUF and saved."""
+    from agents.llamacpp import gguf_tokenizer
+
+    monkeypatch.setenv("CRL_ENVS_CACHE", str(tmp_path))
+    built = gguf_tokenizer(gguf, smol.sha256)
+    saved = list((tmp_path / "gguf").glob(f"{smol.sha256}-tokenizer-transformers-*"))
+    assert len(saved) == 1 and (saved[0] / "tokenizer_config.json").exists()
+    again = gguf_tokenizer(gguf, smol.sha256)
+    messages = [{"role": "user", "content": "Ünïcödé, 日本語 🙂 and 12 + 35?"}]
+    for tok in (built, again):
+        assert encode_prompt_text(tok, render_chat(tok, messages)) == smol.encode_prompt(messages)
+    agent = agents.from_spec(f"llamacpp:{gguf}?n_threads=1")
+    try:
+        assert agent.name == gguf.stem and agent.encode_prompt(messages) == smol.encode_prompt(messages)
+    finally:
+        agent.close()
