@@ -25,9 +25,9 @@ Requests are decoded one at a time (llama-cpp-python's ``Llama`` holds one seque
 in the lexicographic order of their prompt token ids, and each prompt reuses the KV cache of the
 prefix it shares with the previous prompt (debate rounds share their system prompt and question).
 The reuse does not change results. llama.cpp's CPU kernels compute a position's row differently
-depending on where it falls in the chunk of tokens evaluated together (a one-token chunk uses
-other kernels; gemma's repacked Q4_K matrix products treat a chunk's last rows apart): up to 0.8 in
-the logits. So every prompt is evaluated in the same chunks, ``[0, 32), [32, 64), ...``, whatever
+depending on the chunk of tokens it is evaluated in (measured: on SmolLM2's Q4_1 a one-token chunk
+differs from any longer one; on gemma's Q4_K_M the rows change with the chunk's start and length),
+by up to 0.8 in the logits. So every prompt is evaluated in the same chunks, ``[0, 32), [32, 64), ...``, whatever
 is cached, and only whole chunks of the previous prompt are reused (never its last, partial chunk
 or its answer's positions, which were decoded one token at a time). A chunk then sees the same
 tokens at the same positions after the same cache, and llama.cpp is deterministic, so reused and
