@@ -97,6 +97,19 @@ def timed(fn, *args) -> tuple[float, object]:
     return time.perf_counter() - t0, result
 
 
+@contextlib.contextmanager
+def no_default_stops():
+    """Every row runs its course: no stop at the next plain-format turn marker (Gemma has no chat
+    template, so HFAgent would stop it there while ``model.generate`` goes on)."""
+    import agents.hf as hf
+
+    default, hf.default_stop = hf.default_stop, lambda tokenizer: ()
+    try:
+        yield
+    finally:
+        hf.default_stop = default
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["smollm2", "gemma"], choices=sorted(MODELS))
@@ -112,6 +125,11 @@ def main() -> None:
                              "per sampled row per step): the speed-up of the in-place cache and the windowed draw")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    with no_default_stops():
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     mode = f"sampling at T={args.temperature}" if args.temperature > 0 else "greedy"
     print(f"{mode}, {args.new_tokens} new tokens per row (EOS ignored), {args.threads} threads, "
           f"{args.shots} worked examples per prompt, median of {args.repeats} interleaved runs; ratio = model.generate s / HFAgent s")

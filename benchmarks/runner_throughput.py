@@ -32,8 +32,8 @@ class ForwardClock:
 
     def __init__(self, members):
         self.totals = {}
-        for agent in members:
-            agent.model.forward = self._timed(agent.model.forward)
+        for model in {id(agent.model): agent.model for agent in members}.values():  # shared weights: once
+            model.forward = self._timed(model.forward)
 
     def _timed(self, forward):
         def timed(*args, **kwargs):
