@@ -115,9 +115,11 @@ def growing_cache(model: Any, capacity: int) -> Any | None:
     """A transformers ``DynamicCache`` for ``model`` whose attention layers are :class:`GrowingLayer`.
 
     ``capacity`` is the most positions a row will hold (prompt width + most new tokens). Returns
-    None when the model's cache cannot be built from its config (the caller then lets the model
-    make its own).
+    None for models outside transformers (remote code) and when the model's cache cannot be built
+    from its config: the caller then lets the model make its own.
     """
+    if not type(model).__module__.startswith("transformers."):  # remote code may expect its own cache
+        return None
     try:
         cache = DynamicCache(config=model.config)
     except Exception:  # noqa: BLE001 - remote-code or legacy models: the model's own default cache

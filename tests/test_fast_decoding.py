@@ -88,6 +88,8 @@ def test_the_cache_layers_chosen_per_architecture():
     wide = growing_cache(_model("gemma3-512").model, capacity=100)
     assert [type(x) for x in wide.layers] == [GrowingLayer, GrowingLayer]
     assert wide.is_sliding == [True, False]  # the masks still follow the model's layer types
+    remote = type("RemoteCodeModel", (type(_model("gpt2").model),), {})  # a class defined outside transformers
+    assert growing_cache(remote(_model("gpt2").model.config), capacity=100) is None
 
 
 def test_growing_layer_keeps_what_was_written_through_growth_and_row_drops():
