@@ -189,7 +189,9 @@ def test_llamacpp_serves_logprobs_usage_and_finish_reasons(llama_serve, task):
     cut = agent.generate([Request(chat(questions[0]), SamplingParams(max_new_tokens=40, stop=[stop]))])[0]
     assert full.text.startswith(cut.text) and len(cut.text) <= full.text.index(stop)
     assert cut.finish_reason == "stop" and 0 < len(cut.logprobs) < len(full.logprobs)
-    assert cut.logprobs == pytest.approx(full.logprobs[: len(cut.logprobs)], abs=1e-4)
+    # the same loose match as above: the repeated prompt comes from the server's prompt cache, and
+    # llama.cpp's logits depend on the chunks a prompt is evaluated in (0.0137 nats seen in a full run)
+    assert cut.logprobs == pytest.approx(full.logprobs[: len(cut.logprobs)], abs=0.05)
 
 
 @pytest.mark.slow
