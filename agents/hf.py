@@ -109,7 +109,8 @@ def sample_next(
     if sampled:
         index = torch.tensor(sampled, device=logits.device)
         uniform = torch.cat([torch.rand(1, generator=generators[j]) for j in sampled]).to(logits.device)
-        chosen[index] = nucleus_draw(logp[index].exp(), top_p[index], uniform)
+        rows = logp if len(sampled) == len(generators) else logp[index]  # no copy when every row samples
+        chosen[index] = nucleus_draw(rows.exp(), top_p[index], uniform)
     return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
 
 
