@@ -105,10 +105,19 @@ class GrowingLayer(CacheLayerMixin):
         self.length = 0
         self.is_initialized = False
 
-    def offload(self) -> None:  # pragma: no cover - offloading is not used by HFAgent
-        raise NotImplementedError("GrowingLayer does not offload")
+    def offload(self) -> None:
+        """Move the buffers to CPU (transformers' cache offloading; HFAgent does not use it)."""
+        if self.is_initialized:
+            self._move("cpu")
 
-    prefetch = offload
+    def prefetch(self) -> None:
+        """Move offloaded buffers back to the layer's device."""
+        if self.is_initialized and self._k.device != self.device:
+            self._move(self.device)
+
+    def _move(self, device: str | torch.device) -> None:
+        self._k, self._v = self._k.to(device, non_blocking=True), self._v.to(device, non_blocking=True)
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
 
 def growing_cache(model: Any, capacity: int) -> Any | None:

@@ -108,6 +108,17 @@ def test_growing_layer_keeps_what_was_written_through_growth_and_row_drops():
     assert torch.equal(keys[:, :, -1:], after) and keys.shape[-2] == layer.length
 
 
+def test_growing_layer_offloads_and_prefetches_its_buffers():
+    layer = GrowingLayer(capacity=8)
+    step = torch.randn(2, 1, 3, 4)
+    layer.update(step, -step)
+    layer.offload()
+    assert torch.equal(layer.keys, step) and torch.equal(layer.values, -step)
+    layer.device = torch.device("meta")  # pretend the layer lives elsewhere: prefetch moves it there
+    layer.prefetch()
+    assert layer.keys.device.type == "meta" and layer.keys.shape == (2, 1, 3, 4) and layer._k.device.type == "meta"
+
+
 def test_growing_layer_refuses_to_write_past_its_capacity():
     layer = GrowingLayer(capacity=4)
     layer.update(torch.zeros(1, 1, 4, 2), torch.zeros(1, 1, 4, 2))
