@@ -251,6 +251,26 @@ def encode_prompt_text(tokenizer: Any, text: str) -> list[int]:
     return ids
 
 
+class TokenizerPrompts:
+    """Prompts and answer text through a Hugging Face tokenizer (``self.tokenizer``), the same way in
+    every local backend (HFAgent, VLLMAgent, LlamaCppAgent): the same chat is the same token ids."""
+
+    tokenizer: Any
+
+    def render(self, messages: Sequence[Message]) -> str:
+        """The prompt text of a chat: the tokenizer's chat template, or :func:`plain_chat_format`."""
+        return render_chat(self.tokenizer, messages)
+
+    def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
+        """The prompt's token ids, with the BOS token exactly once when the tokenizer adds one by
+        default (:func:`encode_prompt_text`); trainers re-score these same ids."""
+        return encode_prompt_text(self.tokenizer, self.render(messages))
+
+    def decode_text(self, token_ids: Sequence[int]) -> str:
+        """The text of generated tokens (special tokens skipped), as answers and stop checks read it."""
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+
 def token_id_set(*sources: Any) -> set[int]:
     """The token ids named by ``sources``, each an int, a list/tuple of ints, or ``None`` (e.g. a
     tokenizer's and a generation config's ``eos_token_id``)."""

@@ -32,14 +32,12 @@ import torch
 from agents.base import (
     Agent,
     Generation,
-    Message,
     Request,
     SamplingParams,
+    TokenizerPrompts,
     cut_at_stop,
     default_stop,
-    encode_prompt_text,
     find_stop,
-    render_chat,
     token_id_set,
 )
 from agents.spec_options import split_options
@@ -77,6 +75,22 @@ def _select_rows(cache: Any, index: torch.Tensor) -> Any | None:
     if isinstance(cache, tuple):  # legacy per-layer (key, value) tuples
         return tuple(tuple(t[index] for t in layer) for layer in cache)
     return None
+
+
+def left_pad(
+    sequences: Sequence[Sequence[int]], pad_token_id: int, device: str | torch.device = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token ids padded on the left to one width: ``(input_ids, attention_mask, position_ids)``, with
+    positions counting from 0 at each row's first real token (pads sit at position 0)."""
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, s in enumerate(sequences):
+        if s:
+            input_ids[row, width - len(s) :] = torch.tensor(list(s))
+            attention[row, width - len(s) :] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    return input_ids, attention, (attention.cumsum(-1) - 1).clamp(min=0)
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -208,7 +222,7 @@ def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torc
     return _DTYPES[dtype]
 
 
-class HFAgent(Agent):
+class HFAgent(TokenizerPrompts, Agent):
     """A transformers causal LM as an :class:`Agent`.
 
     Args:
@@ -327,20 +341,6 @@ class HFAgent(Agent):
         source, options = split_options(target, cls.SPEC_OPTIONS, "hf")
         return cls(source, **options)
 
-    # ------------------------------------------------------------------ prompts
-    def render(self, messages: Sequence[Message]) -> str:
-        """The prompt text of a chat: the tokenizer's chat template, or :func:`agents.base.plain_chat_format`."""
-        return render_chat(self.tokenizer, messages)
-
-    def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
-        """The prompt's token ids, with the BOS token exactly once when the tokenizer adds one by
-        default (:func:`agents.base.encode_prompt_text`); trainers re-score these same ids."""
-        return encode_prompt_text(self.tokenizer, self.render(messages))
-
-    def decode_text(self, token_ids: Sequence[int]) -> str:
-        """The text of generated tokens (special tokens skipped), as answers and stop checks read it."""
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
-
     # ------------------------------------------------------------------ generation
     def _generate(self, requests: list[Request]) -> list[Generation]:
         prefill_threads = self.prefill_threads or torch.get_num_threads()
@@ -419,16 +419,8 @@ class HFAgent(Agent):
         the KV cache. Finished rows are dropped from the cache (and every per-row tensor) as they
         accumulate, so a batch costs what its live rows cost."""
         batch = len(prompts)
-        width = max(len(p) for p in prompts)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.full((batch, width), pad, dtype=torch.long)
-        attention = torch.zeros((batch, width), dtype=torch.long)
-        for row, p in enumerate(prompts):
-            if p:
-                input_ids[row, width - len(p) :] = torch.tensor(p)
-                attention[row, width - len(p) :] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        input_ids, attention, positions = left_pad(prompts, self.tokenizer.pad_token_id, self.device)
+        width = input_ids.shape[1]
         temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=self.device)
         top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=self.device)
         generators = [

@@ -47,12 +47,11 @@ from typing import Any
 from agents.base import (
     Agent,
     Generation,
-    Message,
     Request,
     SamplingParams,
+    TokenizerPrompts,
     cut_at_stop,
     default_stop,
-    encode_prompt_text,
     find_stop,
     render_chat,
     token_id_set,
@@ -156,7 +155,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-class LlamaCppAgent(Agent):
+class LlamaCppAgent(TokenizerPrompts, Agent):
     """A GGUF model run by llama.cpp (``llama_cpp.Llama``), one request at a time.
 
     Args:
@@ -253,19 +252,6 @@ class LlamaCppAgent(Agent):
         """Free the llama.cpp model and context now (also done at exit); the agent is unusable after."""
         self._cached = []
         self.llm.close()
-
-    # ------------------------------------------------------------------ prompts (as HFAgent)
-    def render(self, messages: Sequence[Message]) -> str:
-        """The prompt text of a chat: the tokenizer's chat template, or :func:`agents.base.plain_chat_format`."""
-        return render_chat(self.tokenizer, messages)
-
-    def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
-        """The prompt's token ids, BOS exactly once (:func:`agents.base.encode_prompt_text`)."""
-        return encode_prompt_text(self.tokenizer, self.render(messages))
-
-    def decode_text(self, token_ids: Sequence[int]) -> str:
-        """The text of generated tokens (special tokens skipped), as answers and stop checks read it."""
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
     # ------------------------------------------------------------------ generation
     def _generate(self, requests: list[Request]) -> list[Generation]:

@@ -22,13 +22,11 @@ from typing import Any
 from agents.base import (
     Agent,
     Generation,
-    Message,
     Request,
     SamplingParams,
+    TokenizerPrompts,
     cut_at_stop,
     default_stop,
-    encode_prompt_text,
-    render_chat,
     token_id_set,
 )
 from agents.spec_options import split_options
@@ -88,7 +86,7 @@ def parse_vllm_spec(target: str) -> tuple[str, dict[str, Any]]:
     return model, options
 
 
-class VLLMAgent(Agent):
+class VLLMAgent(TokenizerPrompts, Agent):
     """A model served by vLLM's offline engine (``vllm.LLM``) in this process.
 
     Args:
@@ -166,18 +164,6 @@ class VLLMAgent(Agent):
         """Build from the part of ``vllm:<hub id or path>[?options]`` after ``vllm:``."""
         model, options = parse_vllm_spec(target)
         return cls(model, **options)
-
-    # ------------------------------------------------------------------ prompts
-    def render(self, messages: Sequence[Message]) -> str:
-        """The prompt text of a chat, rendered as :meth:`agents.HFAgent.render` renders it."""
-        return render_chat(self.tokenizer, messages)
-
-    def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
-        return encode_prompt_text(self.tokenizer, self.render(messages))
-
-    def decode_text(self, token_ids: Sequence[int]) -> str:
-        """The text of generated tokens (special tokens skipped), as :meth:`agents.HFAgent.decode_text`."""
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
     # ------------------------------------------------------------------ generation
     def _generate(self, requests: list[Request]) -> list[Generation]:

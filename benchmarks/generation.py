@@ -23,6 +23,7 @@ import time
 import torch
 
 from agents import HFAgent, Request, SamplingParams
+from agents.hf import left_pad
 from crl_envs import tasks
 
 
@@ -40,14 +41,7 @@ def build_requests(n: int, new_tokens: int, seed: int) -> list[Request]:
 @torch.no_grad()
 def forward_seconds(agent: HFAgent, sequences: list[list[int]], repeats: int) -> float:
     """Best-of-``repeats`` time of one left-padded forward over ``sequences`` (no cache)."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), agent.tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, s in enumerate(sequences):
-        ids[row, width - len(s):] = torch.tensor(s)
-        mask[row, width - len(s):] = 1
-    ids, mask = ids.to(agent.device), mask.to(agent.device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    ids, mask, positions = left_pad(sequences, agent.tokenizer.pad_token_id, agent.device)
     best = float("inf")
     for _ in range(repeats):
         _sync(agent.device)

@@ -27,7 +27,7 @@ import torch
 
 import agents
 from agents import HFAgent, Request, SamplingParams
-from agents.hf import cpu_threads
+from agents.hf import cpu_threads, left_pad
 from crl_envs import tasks
 
 MODELS = {
@@ -44,21 +44,11 @@ def chats(n: int, shots: int = 0) -> list[list[dict]]:
     return [[{"role": "user", "content": solved + task.prompt(ex)}] for ex in task.examples[:n]]
 
 
-def left_pad(agent: HFAgent, sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), agent.tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, s in enumerate(sequences):
-        ids[row, width - len(s):] = torch.tensor(s)
-        mask[row, width - len(s):] = 1
-    return ids, mask
-
-
 @torch.no_grad()
 def hf_generate(agent: HFAgent, prompts: list[list[int]], new_tokens: int, temperature: float = 0.0) -> list[list[int]]:
     """transformers' own loop on the same left-padded prompts, exactly ``new_tokens`` tokens:
     greedy, or sampling at ``temperature`` from the whole distribution (no top-k, top-p 1)."""
-    ids, mask = left_pad(agent, prompts)
+    ids, mask, _ = left_pad(prompts, agent.tokenizer.pad_token_id)
     config = copy.deepcopy(agent.model.generation_config)
     config.eos_token_id = len(agent.tokenizer) + 10**6  # no real token: every row runs to max_new_tokens
     if temperature > 0:
@@ -73,8 +63,7 @@ def hf_generate(agent: HFAgent, prompts: list[list[int]], new_tokens: int, tempe
 
 @torch.no_grad()
 def teacher_forced(agent: HFAgent, sequences: list[list[int]]) -> None:
-    ids, mask = left_pad(agent, sequences)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    ids, mask, positions = left_pad(sequences, agent.tokenizer.pad_token_id)
     with cpu_threads(agent.prefill_threads):
         agent.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
 
