@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from agents.base import Agent
@@ -21,6 +22,20 @@ def register_pool(name: str, factory: Callable[[], list[Agent]]) -> None:
     _NAMED_POOLS[name] = factory
 
 
+def _did_you_mean(word: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unknown_pool_error(name: str) -> ValueError:
+    """The error for a pool member that is neither a named pool nor a ``<backend>:<target>`` spec."""
+    return ValueError(
+        f"unknown pool or malformed agent spec {name!r}{_did_you_mean(name, _NAMED_POOLS)}: named pools are "
+        f"{', '.join(sorted(_NAMED_POOLS))}; an agent spec is '<backend>:<target>' with backend one of "
+        f"{', '.join(sorted(_BACKENDS))} (e.g. 'hf:path/to/model')"
+    )
+
+
 def from_spec(spec: str) -> Agent:
     """Build one agent from a spec string such as ``"hf:gpt2"`` or ``"openai:http://host/v1#model"``."""
     if not isinstance(spec, str) or ":" not in spec:
@@ -30,7 +45,8 @@ def from_spec(spec: str) -> Agent:
         )
     prefix, rest = spec.split(":", 1)
     if prefix not in _BACKENDS:
-        raise ValueError(f"unknown agent backend {prefix!r} in spec {spec!r}; known backends: {sorted(_BACKENDS)}")
+        raise ValueError(f"unknown agent backend {prefix!r} in spec {spec!r}{_did_you_mean(prefix, _BACKENDS)}; "
+                         f"known backends: {sorted(_BACKENDS)}")
     if not rest.strip():
         raise ValueError(f"malformed agent spec {spec!r}: nothing after '{prefix}:'")
     agent = _BACKENDS[prefix](rest)
@@ -111,6 +127,8 @@ def pool(*members: Agent | str | Iterable[Agent | str] | Pool) -> Pool:
     for m in flat:
         if isinstance(m, str) and m in _NAMED_POOLS:
             built.extend(_NAMED_POOLS[m]())
+        elif isinstance(m, str) and ":" not in m:
+            raise _unknown_pool_error(m)
         elif isinstance(m, str):
             built.append(from_spec(m))
         else:

@@ -153,3 +153,16 @@ def test_value_takes_task_options(capsys, tmp_path):
     assert code == 0, err
     report = json.loads((tmp_path / "out" / "vote_v0-gsm8k-loo.json").read_text())
     assert report["task"] == "gsm8k" and len(report["example_ids"]) == 3
+
+
+def test_pool_typo_suggests_a_named_pool(capsys):
+    """``agents.pool("zooo")`` and ``--pool zooo``: one line suggesting ``zoo`` and listing the named pools."""
+    import agents
+
+    with pytest.raises(ValueError) as info:
+        agents.pool("zooo")
+    message = str(info.value)
+    assert "'zooo' (did you mean 'zoo'?)" in message and "named pools are pretrained, pretrained-llamacpp, zoo" in message
+    code, _, err = run_cli(capsys, "play", "--pool", "zooo", "--quiet")
+    assert code == 2
+    assert "(did you mean 'zoo'?): named pools are" in one_line_error(err)
