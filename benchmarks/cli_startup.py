@@ -1,9 +1,10 @@
-"""How long ``crl-envs --help`` and a mistyped command take, next to a bare ``python -c pass`` and to
-what the CLI imported before it loaded lazily (transformers + the whole package).
+"""How long ``crl-envs --help``, each subcommand's ``--help`` and a mistyped command or option take, next
+to a bare ``python -c pass`` and to what the CLI imported before it loaded lazily (transformers + the
+whole package; for ``value --help``, torch and scipy through ``crl_envs.valuation``).
 
-Prints the median wall time and CPU time (user + system) of each over ``--repeats`` runs, and the
+Prints the median wall time and CPU time (user + system) of each over ``--repeats`` runs, the
 wall-time ratio to a bare interpreter (busy cores slow all of them alike; CPU time and the ratio
-travel across machines better than the wall seconds).
+travel across machines better than the wall seconds), and ``value --help`` over ``play --help``.
 
     python benchmarks/cli_startup.py [--repeats 7]
 """
@@ -45,15 +46,19 @@ def main() -> None:
         "crl-envs --help": [*cli, "--help"],
         "crl-envs vaule (typo)": [*cli, "vaule"],
         "crl-envs play --help": [*cli, "play", "--help"],
-        "before: import transformers + crl_envs.valuation": [
-            sys.executable, "-c", "import transformers.utils.logging, crl_envs.valuation, crl_envs.runner"],
+        "crl-envs value --help": [*cli, "value", "--help"],
+        "crl-envs play --temprature 1 (option typo)": [*cli, "play", "--temprature", "1"],
+        "before: import transformers + the valuation modules": [
+            sys.executable, "-c", "import transformers.utils.logging, crl_envs.runner, crl_envs.valuation.game, "
+            "crl_envs.valuation.pooled"],
     }
-    base = None
+    wall: dict[str, float] = {}
     print(f"{'':52s} {'wall':>7s} {'CPU':>7s}   wall / python -c pass   (load average {os.getloadavg()[0]:.1f})")
     for label, cmd in cases.items():
         seconds, cpu = measure(cmd, args.repeats)
-        base = base or seconds
-        print(f"{label:52s} {seconds:6.2f}s {cpu:6.2f}s   {seconds / base:5.1f}x")
+        wall[label] = seconds
+        print(f"{label:52s} {seconds:6.2f}s {cpu:6.2f}s   {seconds / wall['python -c pass']:5.1f}x")
+    print(f"value --help / play --help: {wall['crl-envs value --help'] / wall['crl-envs play --help']:.2f}x wall")
 
 
 if __name__ == "__main__":

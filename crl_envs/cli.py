@@ -27,6 +27,43 @@ PLUGINS: dict[str, tuple[str, str]] = {
 USER_ERRORS = (ValueError, TypeError, KeyError, OSError, ImportError, RuntimeError)
 
 
+class CommandParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line naming the problem and where to look, instead of
+    the whole usage text; a mistyped option gets the closest real one (``--temprature`` ->
+    ``did you mean --temperature?``). Subcommand parsers inherit the class (``add_subparsers``)."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extras = super().parse_known_args(args, namespace)
+        chosen = self._subcommand_parser(parsed) if extras else None
+        if chosen is not None:  # what the chosen subcommand does not take: named with its options
+            chosen.error_unknown(extras)
+        return parsed, extras
+
+    def _subcommand_parser(self, parsed: argparse.Namespace) -> CommandParser | None:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                return chosen if isinstance(chosen, CommandParser) else None
+        return None
+
+    def error_unknown(self, extras: Sequence[str]) -> None:
+        """Exit with one line for arguments this parser does not take, suggesting a close option."""
+        import difflib
+
+        options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        flags = [word for word in extras if word.startswith("-")]
+        if not flags:
+            self.error(f"unexpected argument {extras[0]!r}")
+        word = flags[0].split("=", 1)[0]
+        close = difflib.get_close_matches(word, options, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        self.error(f"unknown option {word}{hint}")
+
+    def error(self, message: str):  # type: ignore[override]
+        """One line on stderr, exit status 2 (argparse's own contract for usage errors)."""
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def add_task_arguments(p: argparse.ArgumentParser) -> None:
     """``--task-option KEY=VALUE`` (repeatable): options of ``crl_envs.tasks.load``."""
     p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
@@ -139,6 +176,17 @@ def _describe(error: BaseException) -> str:
     return text
 
 
+def _quiet_model_loading() -> None:
+    """No progress bar per loaded model (they would drown the command's own), without importing
+    transformers: a command that fails its checks must not pay for it."""
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    else:  # read by huggingface_hub, and so by transformers, when they are imported
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command_of(argv)
@@ -162,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"crl-envs {command}: error: {_describe(e)}", file=sys.stderr)
         return 2
-    parser = argparse.ArgumentParser(prog="crl-envs", description="multi-LLM collaboration environments")
+    parser = CommandParser(prog="crl-envs", description="multi-LLM collaboration environments")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in known:
         if name in SUBCOMMANDS:
@@ -174,12 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sub.add_parser(name, help=PLUGINS[name][1])
     args = parser.parse_args(argv)
     _add, run, _help = SUBCOMMANDS[args.command]
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # one bar per loaded model would drown the command's own progress
-    except ImportError:  # pragma: no cover
-        pass
+    _quiet_model_loading()
     try:
         return run(args)
     except USER_ERRORS as e:

@@ -36,7 +36,7 @@ def test_help_and_a_typo_import_nothing_heavy():
     probe = (
         "import sys\n"
         "from crl_envs.cli import main\n"
-        "for argv in (['--help'], ['vaule'], ['play', '--help']):\n"
+        "for argv in (['--help'], ['vaule'], ['play', '--help'], ['value', '--help']):\n"
         "    try:\n"
         "        main(argv)\n"
         "    except SystemExit:\n"
@@ -46,6 +46,15 @@ def test_help_and_a_typo_import_nothing_heavy():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
     assert "play" in out.stdout and "value" in out.stdout  # --help lists both subcommands
+    assert "--ci-level" in out.stdout and "--estimator" in out.stdout  # value --help shows its options
+
+
+def test_lazy_valuation_exports_every_name():
+    """``crl_envs.valuation`` loads its names on first use: each name of ``__all__`` resolves."""
+    import crl_envs.valuation as valuation
+
+    missing = [name for name in valuation.__all__ if getattr(valuation, name, None) is None]
+    assert missing == [] and callable(valuation.evaluate) and valuation.ESTIMATORS[0] == "exact"
 
 
 def test_mistyped_command_suggests_the_right_one(capsys):
@@ -166,3 +175,62 @@ def test_pool_typo_suggests_a_named_pool(capsys):
     code, _, err = run_cli(capsys, "play", "--pool", "zooo", "--quiet")
     assert code == 2
     assert "(did you mean 'zoo'?): named pools are" in one_line_error(err)
+
+
+@pytest.mark.parametrize("command, typo, meant", [("play", "--temprature", "--temperature"),
+                                                  ("value", "--estimater", "--estimator"),
+                                                  ("value", "--budjet=3", "--budget")])
+def test_option_typo_is_one_line_with_a_suggestion(capsys, command, typo, meant):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--pool", "scripted", typo, "1"])
+    assert info.value.code == 2
+    line = one_line_error(capsys.readouterr().err, command)
+    assert f"unknown option {typo.split('=')[0]} (did you mean {meant}?)" in line
+    assert "usage:" not in line
+
+
+def test_bad_option_value_is_one_line(capsys):
+    with pytest.raises(SystemExit):
+        main(["value", "--estimator", "shapley"])
+    line = one_line_error(capsys.readouterr().err, "value")
+    assert "argument --estimator: invalid choice: 'shapley'" in line and "crl-envs value --help" in line
+
+
+def test_sampled_estimator_without_budget_fails_before_loading_anything():
+    """Named by its flag (``--budget``), before the task, the pool or torch is loaded."""
+    probe = (
+        "import sys\n"
+        "from crl_envs.cli import main\n"
+        "code = main(['value', '--estimator', 'permutation', '--pool', 'zoo'])\n"
+        f"print('CODE', code, 'HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "CODE 2 HEAVY []" in out.stdout, out.stdout + out.stderr
+    line = one_line_error(out.stderr, "value")
+    assert "--estimator permutation needs --budget N" in line and "budget=" not in line
+
+
+def test_ci_level_reaches_the_report(capsys, tmp_path):
+    """``--ci-level 0.5`` gives 50% CIs: inside the 95% ones of the same run (same resamples, same seed)."""
+    reports = {}
+    for level in ("0.5", "0.95"):
+        code, out, err = run_cli(capsys, "value", "--protocol", "vote", "--pool", "scripted", "--estimator", "loo",
+                                 "--n", "12", "--ci-level", level, "--no-cache", "--out", str(tmp_path / level),
+                                 "--quiet")
+        assert code == 0, err
+        assert f"[{round(float(level) * 100)}% CI]" in out
+        reports[level] = json.loads((tmp_path / level / "vote_v0-arith-loo.json").read_text())
+    assert reports["0.5"]["ci_level"] == 0.5
+    narrow, wide = reports["0.5"]["measures"]["loo"]["ci"], reports["0.95"]["measures"]["loo"]["ci"]
+    assert all(wide[m][0] <= narrow[m][0] <= narrow[m][1] <= wide[m][1] for m in wide)
+    width = {level: sum(hi - lo for lo, hi in cis.values()) for level, cis in (("0.5", narrow), ("0.95", wide))}
+    assert width["0.5"] < width["0.95"]
+
+
+@pytest.mark.parametrize("level, shown", [("95", "got 95 (0.95 for 95%)"), ("1", "got 1"), ("x", "got 'x'")])
+def test_ci_level_outside_0_1_is_one_line(capsys, level, shown):
+    with pytest.raises(SystemExit) as info:
+        main(["value", "--ci-level", level])
+    assert info.value.code == 2
+    line = one_line_error(capsys.readouterr().err, "value")
+    assert "argument --ci-level: expected a fraction in (0, 1) such as 0.95" in line and shown in line

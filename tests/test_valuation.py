@@ -421,7 +421,7 @@ def test_cli_value(tmp_path, capsys):
     assert (tmp_path / "out" / "debate_v0-arith-exact.png").stat().st_size > 10_000
     rc = main(["value", "--pool", "scripted", "--estimator", "permutation", "--n", "3", "--no-cache", "--quiet",
                "--out", str(tmp_path / "out")])
-    assert rc == 2 and "needs budget" in capsys.readouterr().err
+    assert rc == 2 and "needs --budget" in capsys.readouterr().err
 
 
 @pytest.mark.slow

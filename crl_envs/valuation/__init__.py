@@ -27,37 +27,63 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+#: ``module -> the names it exports here``. Names load on first use (PEP 562), so ``crl-envs value
+#: --help`` (which reads :data:`ESTIMATORS`) pays for neither torch nor scipy.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "crl_envs.valuation.estimators": (
+        "MAX_EXACT_PLAYERS", "banzhaf_weights", "exact_masks", "loo_weights", "permutation_draws",
+        "permutation_weights", "sample_permutations", "shapley_weights",
+    ),
+    "crl_envs.valuation.executors": ("Executor", "LocalExecutor", "RayExecutor"),
+    "crl_envs.valuation.game": (
+        "CoalitionGame", "default_cache_dir", "individual_game", "mask_of", "members_of", "play_coalitions",
+    ),
+    "crl_envs.valuation.pooled": ("PooledTest", "pooled_test"),
+    "crl_envs.valuation.report": ("Correlation", "Measure", "ValuationReport", "correlation"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-from agents import Agent, Pool, SamplingParams
-from crl_envs.runner import ProtocolFactory
-from crl_envs.tasks import Task
-from crl_envs.valuation import estimators
-from crl_envs.valuation.estimators import (
-    MAX_EXACT_PLAYERS,
-    banzhaf_weights,
-    exact_masks,
-    loo_weights,
-    permutation_draws,
-    permutation_weights,
-    sample_permutations,
-    shapley_weights,
-)
-from crl_envs.valuation.executors import Executor, LocalExecutor, RayExecutor, resolve_executor
-from crl_envs.valuation.game import (
-    CoalitionGame,
-    default_cache_dir,
-    individual_game,
-    mask_of,
-    members_of,
-    play_coalitions,
-)
-from crl_envs.valuation.pooled import PooledTest, pooled_test
-from crl_envs.valuation.report import Correlation, Measure, ValuationReport, check_ci_options, correlation
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(_MODULE_OF[name]), name)
+    raise AttributeError(f"module 'crl_envs.valuation' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agents import Agent, Pool, SamplingParams
+    from crl_envs.runner import ProtocolFactory
+    from crl_envs.tasks import Task
+    from crl_envs.valuation.estimators import (
+        MAX_EXACT_PLAYERS,
+        banzhaf_weights,
+        exact_masks,
+        loo_weights,
+        permutation_draws,
+        permutation_weights,
+        sample_permutations,
+        shapley_weights,
+    )
+    from crl_envs.valuation.executors import Executor, LocalExecutor, RayExecutor
+    from crl_envs.valuation.game import (
+        CoalitionGame,
+        default_cache_dir,
+        individual_game,
+        mask_of,
+        members_of,
+        play_coalitions,
+    )
+    from crl_envs.valuation.pooled import PooledTest, pooled_test
+    from crl_envs.valuation.report import Correlation, Measure, ValuationReport, correlation
 
 ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
 
@@ -106,6 +132,22 @@ def evaluate(
     those, ``system_evaluations`` for the protocol's coalitions (exact: 2^n - 1; LOO: n + 1; 0 when
     everything is cached), and ``cached_evaluations`` for the ones read from the cache.
     """
+    import numpy as np
+
+    from crl_envs.valuation import estimators
+    from crl_envs.valuation.estimators import (
+        banzhaf_weights,
+        exact_masks,
+        loo_weights,
+        permutation_draws,
+        permutation_weights,
+        sample_permutations,
+        shapley_weights,
+    )
+    from crl_envs.valuation.executors import resolve_executor
+    from crl_envs.valuation.game import CoalitionGame, individual_game, play_coalitions
+    from crl_envs.valuation.report import Measure, ValuationReport, check_ci_options
+
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
     sampled = estimator in ("permutation", "antithetic")
@@ -180,6 +222,8 @@ def evaluate(
 
 
 def _check_int(name: str, value: Any, minimum: int | None, hint: str) -> None:
+    import numpy as np
+
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (minimum is not None and value < minimum):
         bound = "an int" if minimum is None else f"an int >= {minimum}"
         raise ValueError(f"{name} must be {bound} ({hint}), got {value!r}")

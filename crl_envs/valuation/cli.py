@@ -30,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--estimator", default="exact", choices=ESTIMATORS,
                    help="exact: Shapley+Banzhaf+LOO (2^n-1 coalitions); loo: n+1; permutation/antithetic: needs --budget")
     p.add_argument("--budget", type=int, default=None, help="permutations for the sampled estimators")
+    p.add_argument("--ci-level", type=ci_level, default=0.95, metavar="LEVEL",
+                   help="level of the bootstrap CIs, a fraction in (0, 1) (default 0.95)")
     p.add_argument("--n", type=int, default=DEFAULT_QUESTIONS, help=f"number of questions (default {DEFAULT_QUESTIONS})")
     p.add_argument("--split", default=None, help="task split (default: the task's own)")
     p.add_argument("--samples", type=int, default=1, help="episodes per question")
@@ -47,21 +49,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or with no ADDRESS on $RAY_ADDRESS or a new local cluster (needs: pip install 'crl-envs[ray]')")
 
 
+def ci_level(text: str) -> float:
+    """``--ci-level``: a fraction in (0, 1); ``95`` is refused with the fraction it meant."""
+    try:
+        level = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1) such as 0.95, got {text!r}") from None
+    if not 0 < level < 1:
+        hint = f" ({level / 100:g} for {level:g}%)" if 1 < level < 100 else ""
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1) such as 0.95, got {text}{hint}")
+    return level
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """The checks that need no model, task or valuation module: they fail before anything loads."""
+    if args.n < 1:
+        raise ValueError(f"--n must be >= 1, got {args.n}")
+    sampled = args.estimator in ("permutation", "antithetic")
+    if sampled and args.budget is None:
+        raise ValueError(f"--estimator {args.estimator} needs --budget N, the number of permutations (e.g. --budget 200)")
+    if not sampled and args.budget is not None:
+        raise ValueError(f"--budget only applies to --estimator permutation or antithetic, not {args.estimator}")
+    if sampled and args.budget < 2:
+        raise ValueError(f"--budget must be >= 2 permutations (e.g. --budget 200), got {args.budget}")
+    if args.estimator == "antithetic" and args.budget % 2:
+        raise ValueError(f"--estimator antithetic pairs each permutation with its reverse: --budget must be even, "
+                         f"got {args.budget}")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_arguments(args)
     from agents import SamplingParams
     from crl_envs import tasks
     from crl_envs.runner import DEFAULT_SAMPLING
     from crl_envs.valuation import RayExecutor, evaluate
 
-    if args.n < 1:
-        raise ValueError(f"--n must be >= 1, got {args.n}")
     task = tasks.load(args.task, split=args.split, n=args.n, seed=args.seed, **task_options(args))
     pool = build_pool(args.pool)
     sampling = SamplingParams(temperature=args.temperature,
                               max_new_tokens=args.max_new_tokens or DEFAULT_SAMPLING.max_new_tokens)
     report = evaluate(
         args.protocol, pool, task, estimator=args.estimator, budget=args.budget, samples=args.samples,
-        seed=args.seed, sampling=sampling, options=parse_options(args.option),
+        seed=args.seed, ci_level=args.ci_level, sampling=sampling, options=parse_options(args.option),
         cache_dir=False if args.no_cache else args.cache_dir, progress=not args.quiet,
         executor="local" if args.ray is None else RayExecutor(args.ray or None),
     )
