@@ -132,6 +132,35 @@ def test_sympy_timeout_is_hard_in_the_main_thread_and_in_worker_threads():
     assert box["value"] is None and box["seconds"] < 30
 
 
+def test_math_verify_timeout_notice_is_silenced_and_nothing_else(capfd, caplog, monkeypatch):
+    """math-verify warns "Timeout is disabled as parsing_timeout is None ..." once per process (so once
+    per worker) although :func:`call_with_timeout` keeps the timeout; that line, only, is dropped: in
+    this process (caplog) and in the worker a thread's call runs in (its stderr: capfd)."""
+    import logging
+
+    import math_verify.grader
+    import math_verify.parser
+
+    import crl_envs.tasks.math as math_module
+
+    monkeypatch.setattr(math_verify.parser, "TIMEOUT_WARNING_SHOWN", False)
+    monkeypatch.setattr(math_verify.grader, "TIMEOUT_WARNING_SHOWN", False)
+    if math_module._POOL is not None:  # a fresh worker process, which would warn once again
+        math_module._POOL.terminate()
+    monkeypatch.setattr(math_module, "_POOL", None)
+    results = {}
+    worker = threading.Thread(target=lambda: results.update(thread=math_equal(r"\frac{1}{3}", "0.333333")))
+    worker.start()
+    worker.join(120)
+    results["main"] = math_equal(r"\frac{1}{2}", "0.5")
+    logging.getLogger("math_verify.parser").warning("another math-verify warning")
+    err = capfd.readouterr().err
+    assert results == {"thread": True, "main": True}
+    assert math_verify.parser.TIMEOUT_WARNING_SHOWN and math_verify.grader.TIMEOUT_WARNING_SHOWN  # it did warn
+    assert "Timeout is disabled" not in err and "Timeout is disabled" not in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("math_verify")] == ["another math-verify warning"]
+
+
 # ---- multiple choice -------------------------------------------------------------------------
 
 

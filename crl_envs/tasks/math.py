@@ -15,6 +15,7 @@ in math-verify and the Minerva/MATH graders, then the last "final answer is" / "
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -29,6 +30,19 @@ from crl_envs.tasks.numeric import boxed_contents, last_number
 
 REL_TOL = 1e-4
 SYMPY_TIMEOUT = 5.0  # math-verify's own default
+
+
+class _OwnTimeoutNotice(logging.Filter):
+    """Drops math-verify's "Timeout is disabled as ... is None" warning, and only that: its signal
+    timeout is off on purpose here and :func:`call_with_timeout` keeps one, so the warning misleads."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Timeout is disabled as ")
+
+
+_OWN_TIMEOUT_NOTICE = _OwnTimeoutNotice()
+for _logger in ("math_verify.parser", "math_verify.grader"):  # set before math-verify loads; workers too
+    logging.getLogger(_logger).addFilter(_OWN_TIMEOUT_NOTICE)
 _UNITS = (
     "cm|centimeters?|m|meters?|km|kilometers?|mm|inches|inch|in|feet|foot|ft|yards?|miles?|units?|"
     "square units|sq units|degrees?|dollars?|cents?|hours?|minutes?|seconds?|days?|weeks?|years?|"
