@@ -29,8 +29,15 @@ from agents.openai import OpenAIAgent, OpenAIRequestError, backoff_delay, parse_
 from crl_envs.tasks import Example
 
 FAULTS = ("500", "429", "timeout", "malformed", "drop")
-CLIENT_TIMEOUT = 0.2
-SERVER_STALL = 0.6
+#: The client's timeout per attempt. Only a hung server reaches it: a test whose attempts could time out on
+#: a slow machine would count attempts by the machine's speed (an attempt the server had not yet handled when
+#: the client gave up was missing from its count, under load).
+CLIENT_TIMEOUT = 30.0
+#: With "timeout" faults: the stalled attempts wait until the server closes, so they always time out; the
+#: answered ones have 1 s with up to 4 requests in flight (at a load average of 13 on 2 cores the slowest of 60
+#: took 70 ms) and 2 s with 16 (428 ms of 240).
+TIMEOUT_FAULT_CLIENT_TIMEOUT = 1.0
+TIMEOUT_FAULT_CLIENT_TIMEOUT_16 = 2.0
 
 
 def expected_answer(content: str, seed: int | None) -> str:
@@ -56,8 +63,10 @@ class ChatServer:
         fault: Callable[[str, int], str | None] = lambda key, attempt: None,
         retry_after: str = "0",
         respond: Callable[[dict], dict] | None = None,
+        latency: float = 0.0,
     ):
         self.fault = fault
+        self.latency = latency  # seconds before a request is read: a server starved by a loaded machine
         self.respond = respond or canned_response
         self.retry_after = retry_after
         self.attempts: Counter[str] = Counter()
@@ -65,6 +74,7 @@ class ChatServer:
         self.bodies: list[dict] = []
         self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
+        self.closing = threading.Event()  # releases the stalled ("timeout") handlers
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -74,6 +84,8 @@ class ChatServer:
                 pass
 
             def do_POST(self):
+                if server.latency:
+                    time.sleep(server.latency)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 key = body["messages"][-1]["content"]
                 with server.lock:
@@ -105,7 +117,7 @@ class ChatServer:
                     self.close_connection = True
                 else:
                     if kind == "timeout":
-                        time.sleep(SERVER_STALL)
+                        server.closing.wait()  # longer than any client timeout: until the server closes
                     self._answer(body)
 
             def _answer(self, body):
@@ -123,7 +135,10 @@ class ChatServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # the default 5 drops connections beyond it (the client resends after 1 s)
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -133,14 +148,20 @@ class ChatServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.closing.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
 
 def make_agent(url: str, **kw) -> OpenAIAgent:
+    """An agent on ``url``; pass ``timeout=TIMEOUT_FAULT_CLIENT_TIMEOUT`` where the server stalls."""
     options = dict(timeout=CLIENT_TIMEOUT, backoff_base=0.01, backoff_max=0.05, max_retries=4, concurrency=8)
     options.update(kw)
     return OpenAIAgent(url, "canned-model", name="canned", **options)
+
+
+def client_timeout(fault: str) -> float:
+    return TIMEOUT_FAULT_CLIENT_TIMEOUT if fault == "timeout" else CLIENT_TIMEOUT
 
 
 def make_requests(n: int, prefix: str = "q") -> list[Request]:
@@ -193,7 +214,7 @@ def test_api_key_sent_as_bearer_and_never_shown(monkeypatch):
 @pytest.mark.parametrize("fault", FAULTS)
 def test_transient_fault_is_retried(fault):
     with ChatServer(fault=lambda key, attempt: fault if attempt < 2 else None) as server:
-        gens = make_agent(server.url).generate(make_requests(3))
+        gens = make_agent(server.url, timeout=client_timeout(fault)).generate(make_requests(3))
     assert [g.text for g in gens] == [expected_answer(f"q{i}", 1000 + i) for i in range(3)]
     assert all(server.attempts[f"q{i}"] == 3 for i in range(3))
     assert server.injected[fault] == 6
@@ -207,10 +228,20 @@ def test_transient_fault_is_retried(fault):
 def test_persistent_fault_is_surfaced_with_agent_and_example(fault, shown):
     with ChatServer(fault=lambda key, attempt: fault if key == "q2" else None) as server:
         with pytest.raises(OpenAIRequestError) as info:
-            make_agent(server.url, max_retries=2).generate(make_requests(4))
+            make_agent(server.url, max_retries=2, timeout=client_timeout(fault)).generate(make_requests(4))
     message = str(info.value)
     assert "'canned'" in message and "'q-ex-2'" in message and "3 attempts" in message and shown in message
     assert server.attempts["q2"] == 3
+
+
+def test_a_slow_server_changes_no_attempt_count():
+    """What made ``[429]`` above fail under load (``attempts == 2``): with a 0.2 s client timeout, an
+    attempt the server had not yet read timed out and was missing from its count. A server that takes
+    0.3 s per request now gets the same count and failure as a fast one."""
+    with ChatServer(fault=lambda key, attempt: "429" if key == "q1" else None, latency=0.3) as server:
+        with pytest.raises(OpenAIRequestError, match=r"'q-ex-1' failed after 3 attempts; last failure: HTTP 429"):
+            make_agent(server.url, max_retries=2).generate(make_requests(2))
+    assert server.attempts["q1"] == 3 and server.injected["429"] == 3
 
 
 def test_client_error_is_not_retried():
@@ -254,7 +285,8 @@ def test_200_requests_with_20_percent_transient_faults():
 
     with ChatServer(fault=fault) as server:
         requests = make_requests(200, prefix="m")
-        gens = make_agent(server.url, concurrency=16, max_retries=8).generate(requests)
+        agent = make_agent(server.url, concurrency=16, max_retries=8, timeout=TIMEOUT_FAULT_CLIENT_TIMEOUT_16)
+        gens = agent.generate(requests)
     assert [g.text for g in gens] == [expected_answer(f"m{i}", 1000 + i) for i in range(200)]
     total_faults = sum(server.injected.values())
     assert total_faults >= 25 and set(server.injected) == set(FAULTS), server.injected
@@ -347,7 +379,8 @@ def test_stop_strings_are_sent_and_the_answer_ends_before_them():
     with ChatServer(respond=respond) as server:
         request = Request([{"role": "user", "content": "2+2?"}], SamplingParams(stop=["\nUser:", "never"]))
         cut, plain = make_agent(server.url).generate([request, Request([{"role": "user", "content": "2+2?"}])])
-    assert server.bodies[0]["stop"] == ["\nUser:", "never"] and "stop" not in server.bodies[1]
+    # the two requests are in flight together: they reach the server in either order
+    assert len(server.bodies) == 2 and [b["stop"] for b in server.bodies if "stop" in b] == [["\nUser:", "never"]]
     assert (cut.text, cut.finish_reason) == ("The answer is 4.", "stop")
     assert (plain.text, plain.finish_reason) == ("The answer is 4.\nUser: and 5+5?", "length")
     assert cut.completion_tokens == 12  # usage is what the server counted (and billed)
