@@ -6,7 +6,8 @@ module is imported only when its subcommand is chosen, so ``crl-envs --help`` an
 command answer at once, without importing torch or transformers.
 
 Errors a user can fix (bad options, missing files, an unreachable hub, ...) print one line and exit
-with status 2; ``CRL_ENVS_TRACEBACK=1`` shows the full traceback instead.
+with status 2; ``CRL_ENVS_TRACEBACK=1`` shows the full traceback instead. Usage errors are one line too,
+without the usage text, and a mistyped option names the closest one (:class:`CommandParser`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 Subcommand = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
 SUBCOMMANDS: dict[str, Subcommand] = {}
@@ -32,7 +34,9 @@ class CommandParser(argparse.ArgumentParser):
     the whole usage text; a mistyped option gets the closest real one (``--temprature`` ->
     ``did you mean --temperature?``). Subcommand parsers inherit the class (``add_subparsers``)."""
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = super().parse_known_args(args, namespace)
         chosen = self._subcommand_parser(parsed) if extras else None
         if chosen is not None:  # what the chosen subcommand does not take: named with its options
@@ -59,7 +63,7 @@ class CommandParser(argparse.ArgumentParser):
         hint = f" (did you mean {close[0]}?)" if close else ""
         self.error(f"unknown option {word}{hint}")
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
         """One line on stderr, exit status 2 (argparse's own contract for usage errors)."""
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
