@@ -4,6 +4,7 @@ writes the report's JSON and PNG.
 Example::
 
     crl-envs value --protocol debate --task arith --pool zoo --estimator loo --out runs/value
+    crl-envs value --pool zoo --estimator permutation --budget 200 --ci-level 0.9
     crl-envs value --pool zoo --ray                   # coalitions as Ray tasks (a local cluster)
     crl-envs value --pool zoo --ray head-node:6379    # ... on a running cluster
 """
