@@ -23,6 +23,7 @@ PATH_EVENTS = {"os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename
                "os.symlink": (1,), "os.link": (1,), "os.truncate": (0,), "os.chmod": (0,),
                "os.chown": (0,), "os.utime": (0,), "shutil.rmtree": (0,), "os.chflags": (0,)}
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+MAX_OPEN_FILES = 256  # bounds the pipe buffers one process can hold (kernel memory no other limit counts)
 
 
 def make_hook(root):
@@ -58,11 +59,17 @@ def make_hook(root):
     return hook
 
 
+def _at_most(limit, value):
+    hard = resource.getrlimit(limit)[1]
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
+
+
 def limits_and_guard(memory, cpu, fsize, nproc, root):
-    """Set the rlimits (bytes, seconds, bytes, processes), close stdin, install the hook for ``root``."""
+    """Set the rlimits (bytes, seconds, bytes, processes; open files, no core), close stdin, install the hook for ``root``."""
     for limit, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu),
                          (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_NPROC, nproc),
-                         (resource.RLIMIT_CORE, 0)):
+                         (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, _at_most(resource.RLIMIT_NOFILE,
+                                                                                     MAX_OPEN_FILES))):
         resource.setrlimit(limit, (value, value + 1 if limit == resource.RLIMIT_CPU else value))
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
