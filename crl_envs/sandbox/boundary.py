@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import json
 import os
 import shutil
 import site
@@ -20,6 +21,7 @@ import sysconfig
 from dataclasses import dataclass
 
 from crl_envs.sandbox.cgroup import cgroup_support
+from crl_envs.sandbox.procs import reap_orphans
 from crl_envs.sandbox.seccomp import REFUSED as SECCOMP_REFUSED
 from crl_envs.sandbox.seccomp import seccomp_fd, seccomp_program
 
@@ -134,17 +136,34 @@ def _probe(candidate: Boundary, errors: list[str]) -> bool:
     check = (f"import os, sys; assert os.getuid() == {NOBODY}; assert sys.version_info[:2] == {sys.version_info[:2]}; "
              "open('/tmp/x', 'w').write('x')")
     fd = seccomp_fd(candidate.seccomp) if candidate.seccomp else None
+    info_r, info_w = os.pipe()
     try:
-        done = subprocess.run(candidate.command([candidate.python, "-S", "-c", check], tmpfs_bytes=PROBE_TMPFS_BYTES,
-                                                seccomp_fd=fd),
-                              capture_output=True, timeout=30, env=clean_env("/tmp"),
-                              pass_fds=() if fd is None else (fd,), **as_user(candidate.user))
-    except (OSError, subprocess.TimeoutExpired) as e:
+        proc = subprocess.Popen(candidate.command([candidate.python, "-S", "-c", check], tmpfs_bytes=PROBE_TMPFS_BYTES,
+                                                  info_fd=info_w, seccomp_fd=fd),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean_env("/tmp"),
+                                start_new_session=True, pass_fds=(info_w,) if fd is None else (info_w, fd),
+                                **as_user(candidate.user))
+    except OSError as e:
         errors.append(f"{candidate.python}: {e}")
         return False
     finally:
-        if fd is not None:
-            os.close(fd)
+        for end in (fd, info_w):
+            if end is not None:
+                os.close(end)
+    try:
+        stderr = proc.communicate(timeout=30)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stderr = proc.communicate()[1]
+    try:
+        info = os.read(info_r, 4096)
+    finally:
+        os.close(info_r)
+    try:  # its PID namespace's init outlives bwrap for a moment: reap it if it was handed to us
+        reap_orphans({int(json.loads(info.decode())["child-pid"])}, proc.pid, settle=1.0)
+    except (ValueError, KeyError, TypeError):
+        reap_orphans(set(), proc.pid, settle=0.0)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, b"", stderr)
     if done.returncode != 0:
         lines = done.stderr.decode(errors="replace").strip().splitlines()
         errors.append(f"{candidate.python} as uid {candidate.user if candidate.user is not None else os.geteuid()}"

@@ -6,7 +6,6 @@ rlimit arguments, the cgroup it starts in, reading its output with a cap, killin
 | :func:`bootstrap` | the ``-c`` text: a loader plus the ``inside`` modules' source, run as package ``_sandbox`` |
 | :class:`Launch` | one interpreter in bwrap (behind a shell that waits until it is in its cgroup) |
 | :func:`read_outputs` | reads pipes with caps until the run ends, the deadline passes or a cap is hit |
-| :func:`namespace_processes`, :func:`session_processes` | what of a sandbox still runs |
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from importlib import resources
 from crl_envs.sandbox.boundary import Boundary, as_user, clean_env
 from crl_envs.sandbox.cgroup import Cgroup, cgroup_support
 from crl_envs.sandbox.inside import MODULES
+from crl_envs.sandbox.procs import namespace_processes, reap_orphans, session_processes
 from crl_envs.sandbox.seccomp import seccomp_fd
 
 TAIL_BYTES = 4096
@@ -68,78 +68,6 @@ def source_fd(data: bytes) -> int:
     while data:
         data = data[os.write(fd, data):]
     return fd
-
-
-def namespace_processes(namespace: str) -> list[int]:
-    """Pids of live processes in the PID namespace ``namespace`` (as ``readlink /proc/PID/ns/pid``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.readlink(f"/proc/{entry}/ns/pid") != namespace:
-                continue
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        if stat[stat.rfind(")") + 2 :].split()[:1] != ["Z"]:
-            found.append(int(entry))
-    return found
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """``/proc/PID/stat`` after ``pid (comm)``: state, ppid, pgrp, session, ... (None: no such process)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2 :].split()
-
-
-def session_processes(session_id: int) -> list[int]:
-    """Pids of live processes whose session id is ``session_id`` (Linux ``/proc``; empty elsewhere)."""
-    found = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        fields = _stat_fields(int(entry))
-        if fields and len(fields) > 3 and fields[3] == str(session_id) and fields[0] != "Z":
-            found.append(int(entry))
-    return found
-
-
-def _reap_orphans(pids: set[int], session: int, settle: float) -> None:
-    """Reap what of a sandbox was handed to this process as its orphans' reaper (a subreaper, or PID 1):
-    the PID namespace's init (``pids``) and anything of the launcher's session. Waits only on zombies
-    that are this process's children, so no other child's exit status is taken."""
-    me = os.getpid()
-    deadline = time.monotonic() + settle
-    pending = set(pids)
-    while True:
-        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-            if entry.isdigit() and int(entry) not in pending:
-                fields = _stat_fields(int(entry))
-                if fields and len(fields) > 3 and fields[0] == "Z" and fields[1] == str(me) and fields[3] == str(session):
-                    pending.add(int(entry))
-        for pid in sorted(pending):
-            fields = _stat_fields(pid)
-            if fields is None or len(fields) < 2 or fields[1] != str(me):
-                pending.discard(pid)  # gone, or someone else's child (reaped by the host's init)
-            elif fields[0] == "Z":
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-                pending.discard(pid)
-        if not pending or time.monotonic() >= deadline:
-            return
-        time.sleep(0.002)
 
 
 class Launch:
@@ -232,7 +160,7 @@ class Launch:
                 except (ProcessLookupError, PermissionError):
                     pass
             time.sleep(0.01)
-        _reap_orphans({self.init_pid} if self.init_pid else set(), self.proc.pid, settle=max(0.0, min(
+        reap_orphans({self.init_pid} if self.init_pid else set(), self.proc.pid, settle=max(0.0, min(
             1.0, deadline - time.monotonic())))
 
     def memory_killed(self) -> bool:
