@@ -78,7 +78,7 @@ class Launch:
                  limits: list[str], tmpfs_bytes: int, site_packages: bool, workdir: str, memory_mb: int,
                  max_processes: int):
         """Start ``entry`` in ``boundary`` (``-S`` unless ``site_packages``), inside a fresh cgroup where
-        this machine has one (memory ``memory_mb`` plus the tmpfs, ``max_processes`` plus bwrap's own)."""
+        this machine has one (memory ``memory_mb`` plus the tmpfs; ``max_processes`` plus the two bwrap processes)."""
         info_r = info_w = filter_fd = None
         python = [boundary.python, "-s" if site_packages else "-S", "-B", "-u", "-c", bootstrap(entry)]
         if boundary.argv:
@@ -95,7 +95,7 @@ class Launch:
         self.init_pid: int | None = None
         support = cgroup_support()
         self.cgroup = Cgroup(support, memory_bytes=(memory_mb << 20) + tmpfs_bytes,
-                             max_processes=max_processes + 3) if support else None
+                             max_processes=max_processes + 2) if support else None
         try:
             self.proc = subprocess.Popen(["/bin/sh", "-c", _WAIT_FOR_CGROUP, "sh", *argv], cwd=cwd, env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
