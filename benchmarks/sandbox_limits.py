@@ -46,7 +46,7 @@ MEMFD = textwrap.dedent("""
             fd = os.memfd_create('x')
             os.write(fd, b'x' * (15 << 20))
             fds.append(fd)
-            print('held', (i + 1) * 15, flush=True)
+            print('memfd', (i + 1) * 15, flush=True)
     except OSError as e:
         print('refused', e.errno, flush=True)
 """)
@@ -71,6 +71,8 @@ FORK_LOOP = textwrap.dedent("""
             os.close(er)
             os.close(ew)
             n += 1
+            if n % 25 == 0:
+                print('spawned', n, flush=True)  # the wall clock may end it before the last line
     except OSError as e:
         print('stopped', e.errno)
     print('spawned', n, flush=True)
@@ -125,8 +127,9 @@ def measured(module, code: str, **limits) -> tuple[object, float]:
 
 
 def held(result) -> int:
+    """MiB the program's processes said they held (each ``held N`` line is one process's N MiB)."""
     numbers = [int(line.split()[1]) for line in result.stdout_tail.splitlines() if line.startswith("held ")]
-    return max(numbers) if "400" not in result.stdout_tail else 400 * len(numbers)
+    return sum(numbers) if numbers else 0
 
 
 def report(label: str, result, host_mib: float) -> None:
@@ -157,10 +160,10 @@ def main() -> None:
 
     print("10 processes x 400 MiB, default limits (memory_mb=1024, tmpfs_mb=64)")
     for label, module in (("before", old), ("after", sandbox)):
-        result, host = measured(module, PROCESSES_400, timeout=10)
+        result, host = measured(module, PROCESSES_400, timeout=30)
         report(f"{label} ({held(result)} MiB held)", result, host)
 
-    print(f"CPU: 4 processes spinning 3 s each, on {os.cpu_count()} cores")
+    print(f"CPU: 4 processes spinning 3 s each, on {os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f})")
     for label, module in (("before", old), ("after", sandbox)):
         report(label, *measured(module, CPU, timeout=15))
 
