@@ -185,6 +185,24 @@ def test_a_venv_under_tmp_runs_with_site_packages():
         subprocess.run(["rm", "-rf", venv], check=False)
 
 
+def test_a_bwrap_that_cannot_start_is_named_with_its_own_error(tmp_path, monkeypatch):
+    from crl_envs import sandbox
+
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    sandbox._boundary.cache_clear()
+    try:
+        with pytest.raises(sandbox.SandboxUnavailable, match=r"bwrap is installed but could not start a sandbox here "
+                                                             r"\(.*setting up uid map: Permission denied"):
+            run_program("print(1)")
+    finally:
+        monkeypatch.undo()
+        sandbox._boundary.cache_clear()
+    assert run_program("print(1)").passed
+
+
 # ---- 6. bad code-task options fail at load, in one line ------------------------------------------------------------
 
 

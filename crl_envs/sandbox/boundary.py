@@ -106,8 +106,8 @@ def _hidden(roots: list[str], site_packages: bool) -> tuple[str, ...]:
     return tuple(hide)
 
 
-def _bwrap_base(roots: list[str]) -> list[str]:
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(NOBODY), "--gid",
+def _bwrap_base(bwrap: str, roots: list[str]) -> list[str]:
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(NOBODY), "--gid",
             str(NOBODY), "--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv",
             "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -182,7 +182,8 @@ def boundary(site_packages: bool = False) -> Boundary | None:
     ``RLIMIT_NPROC`` (the pids cgroup, where there is one, still does; see docs/sandbox.md).
     """
     errors = _probe_errors[site_packages] = []
-    if not sys.platform.startswith("linux") or shutil.which("bwrap") is None:
+    bwrap = shutil.which("bwrap") if sys.platform.startswith("linux") else None
+    if bwrap is None:
         return None
     system = "/usr/bin/python{}.{}".format(*sys.version_info[:2])
     candidates = [(None, sys.executable)]
@@ -194,27 +195,27 @@ def boundary(site_packages: bool = False) -> Boundary | None:
         roots = _python_roots(python)
         fixed = [r for r in roots if not _in(r, "/tmp")]
         for filter_ in dict.fromkeys([program, None]):  # with seccomp if the kernel takes it
-            candidate = Boundary(tuple(_bwrap_base(fixed)), user, python, tuple(r for r in roots if _in(r, "/tmp")),
+            candidate = Boundary(tuple(_bwrap_base(bwrap, fixed)), user, python, tuple(r for r in roots if _in(r, "/tmp")),
                                  _hidden(roots, site_packages), filter_, "")
             if _probe(candidate, errors):
                 return Boundary(candidate.argv, user, python, candidate.tmp_roots, candidate.hide, filter_,
-                                _describe(user, python, filter_))
+                                _describe(bwrap, user, python, filter_))
     return None
 
 
-def _describe(user: int | None, python: str, filter_: bytes | None) -> str:
+def _describe(bwrap: str, user: int | None, python: str, filter_: bytes | None) -> str:
     uid = os.geteuid() if user is None else user
     who = "host uid 0 without capabilities" if uid == 0 else f"host uid {uid}"
     seccomp = f"seccomp refuses {', '.join(SECCOMP_REFUSED[:2])} and {len(SECCOMP_REFUSED) - 2} more" if filter_ \
         else "no seccomp"
     cgroups = cgroup_support()
     caps = f"{cgroups.describe()} per sandbox" if cgroups else "no cgroup: memory capped per process only"
-    return f"bwrap {_bwrap_version()} (uid 65534 in its namespaces, {who}, {python}; {seccomp}; {caps})"
+    return f"bwrap {_bwrap_version(bwrap)} (uid 65534 in its namespaces, {who}, {python}; {seccomp}; {caps})"
 
 
-def _bwrap_version() -> str:
+def _bwrap_version(bwrap: str) -> str:
     try:
-        return subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=10).stdout.split()[-1]
+        return subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout.split()[-1]
     except (OSError, subprocess.TimeoutExpired, IndexError):
         return "?"
 
