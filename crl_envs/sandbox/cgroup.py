@@ -111,12 +111,13 @@ def _v2() -> CgroupSupport | None:
             control = os.path.join(parent, "cgroup.subtree_control")
             try:
                 enabled = set(_read(control).split())
-                if not {"memory", "pids", "cpu"} <= enabled:
-                    try:
-                        _write(control, " ".join(f"+{c}" for c in ("memory", "pids", "cpu") if c not in enabled))
-                    except OSError:
-                        pass  # e.g. EBUSY: processes live in it (only the real root is exempt)
-                    enabled = set(_read(control).split())
+                for controller in ("memory", "pids", "cpu"):
+                    if controller not in enabled:
+                        try:
+                            _write(control, f"+{controller}")
+                        except OSError:
+                            pass  # EBUSY: processes live in it (only the real root is exempt); EINVAL: not here
+                enabled = set(_read(control).split())
             except OSError:
                 continue
             if "memory" in enabled and _try_group(parent, ["cgroup.procs", "memory.max"]):

@@ -109,9 +109,13 @@ class Launch:
             for fd in (info_w, filter_fd):
                 if fd is not None:
                     os.close(fd)
-        try:
-            if self.cgroup is not None:
+        if self.cgroup is not None:
+            try:
                 self.cgroup.add(self.proc.pid)
+            except OSError:  # not in the group: it runs capped by its rlimits only, and its result says so
+                self.cgroup.remove(wait=0.0)
+                self.cgroup = None
+        try:
             self.proc.stdin.write(b"go\n")
         except OSError:
             pass  # it died already: the run fails and the status says how
