@@ -83,6 +83,15 @@ def test_memfd_create_is_refused_by_seccomp(route):
     assert result.memory_peak_mb is None or result.memory_peak_mb < 64
 
 
+def test_memfd_through_default_humaneval_scoring_is_refused():
+    task = HumanEvalTask(n=1)
+    example = task[0]
+    answer = f"{MEMFD}\ndef {example.metadata['entry_point']}(*args):\n    return None\n"
+    result = task.run(answer, example)  # 1650 MiB held this way before
+    assert not result.passed and "refused 1" in result.stdout_tail and "held" not in result.stdout_tail
+    assert result.memory_peak_mb is None or result.memory_peak_mb < 64
+
+
 def test_seccomp_is_on_in_the_sandboxed_process():
     inside = SPAWN + textwrap.dedent("""
         import ctypes
