@@ -386,25 +386,28 @@ def test_kernel_memory_outside_the_rlimits_is_refused(host, name, route):
 
 
 @pytest.mark.skipif(cgroup_support() is None, reason="no writable memory cgroup here")
-def test_ten_processes_of_400_mib_share_the_sandbox_memory_cap(host):
-    child = ("x = bytearray(400 << 20)\\nfor i in range(0, len(x), 4096):\\n    x[i] = 1\\n"
-             "print('held 400', flush=True)\\nimport time\\ntime.sleep(1)")
+def test_processes_share_one_memory_cap(host):
+    # The issue's 10 x 400 MiB at the default 1 GiB is measured by benchmarks/sandbox_limits.py (13 s here: the
+    # kernel reclaims the interpreters' pages before it kills); the same attack, scaled: 4 x 300 MiB in 384 MiB.
+    child = ("x = bytearray(300 << 20)\\nfor i in range(0, len(x), 4096):\\n    x[i] = 1\\n"
+             "print('held 300', flush=True)\\nimport time\\ntime.sleep(1)")
     code = SPAWN + f"""
-out = os.open('/tmp/out', os.O_WRONLY | os.O_CREAT)
 pids = []
-for _ in range(10):  # below the audit hook; each child is within its own RLIMIT_AS (1 GiB)
+for _ in range(4):  # below the audit hook; each child is within its own RLIMIT_AS
     er, ew = os.pipe()
     pids.append(_posixsubprocess.fork_exec([sys.executable, '-S', '-c', "{child}"], [os.fsencode(sys.executable)],
                                            True, (ew,), None, None, -1, -1, -1, 1, -1, 1, er, ew, False, False, -1,
                                            None, None, None, -1, None, False))
     os.close(er); os.close(ew)
-print('exit codes', [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids])
+codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+assert codes == [0] * 4, codes  # a child the kernel killed fails the run, whichever process it chose
 """
-    result = run_program(code, timeout=30.0)  # not run_attempt's 5 s: ten interpreters start on a loaded machine
+    result = run_program(code, timeout=30.0, memory_mb=384, tmpfs_mb=16)  # a wall clock a loaded machine meets
     assert result.namespaces and all(namespace_processes(ns) == [] for ns in result.namespaces)
-    assert result.stdout_tail.count("held 400") <= 2  # all 10 (4000 MiB) before the cgroup
-    assert result.memory_peak_mb <= 1024 + 64 + 1  # memory_mb + tmpfs_mb, for all its processes together
+    assert result.stdout_tail.count("held 300") < 4  # all 4 (1200 MiB) before the cgroup
+    assert result.memory_peak_mb <= 384 + 16 + 1  # memory_mb + tmpfs_mb, for all its processes together
     assert result.status == "memory_limit" and "killed at its memory cap" in result.stdout_tail
+    assert result.cgroup == cgroup_support().version
 
 
 @pytest.mark.skipif(cgroup_support() is None or "pids" not in cgroup_support().parents, reason="no pids cgroup here")
