@@ -95,9 +95,11 @@ class CodeTask(Task):
         """``(program, tests)`` for candidate ``code``: what runs in the program's sandbox, and the test
         code the checker runs against it (it never enters the program's process)."""
 
-    @abc.abstractmethod
-    def program_names(self, example: Example) -> list[str]:
-        """The names the program is asked to define: in the checker only these come from the program."""
+    def program_names(self, example: Example) -> list[str] | None:
+        """The names the program is asked to define: in the checker only these come from the program.
+        ``None`` (this default): every name the tests use but never bind, standard library modules
+        aside (:func:`crl_envs.sandbox.unbound_names`); a task that knows its entry points says so."""
+        return None
 
     def extract(self, text: str, finish_reason: str | None = None) -> str | None:
         """The program in ``text``; a cut-off one (``finish_reason == "length"``) is run as it is."""
@@ -122,10 +124,11 @@ class CodeTask(Task):
         results = iter(self._run_programs(programs, workers=workers))
         return [0.0 if c is None else float(next(results).passed) for c in codes]
 
-    def _run_programs(self, runs: list[tuple[str, str, list[str]]], workers: int | None = None) -> list[SandboxResult]:
+    def _run_programs(self, runs: list[tuple[str, str, list[str] | None]],
+                      workers: int | None = None) -> list[SandboxResult]:
         # surrogatepass: a lone surrogate in an answer gets a key (the sandbox then scores it 0, never raises)
-        keys = [hashlib.sha256("\0".join([program, tests, *names]).encode("utf-8", "surrogatepass")).hexdigest()
-                for program, tests, names in runs]
+        keys = [hashlib.sha256("\0".join([program, tests, *(names or ["\1"])]).encode("utf-8", "surrogatepass"))
+                .hexdigest() for program, tests, names in runs]
         with self._lock:
             todo = {k: r for k, r in zip(keys, runs) if k not in self._cache}
         if todo:
