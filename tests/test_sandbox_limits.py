@@ -92,6 +92,17 @@ def test_memfd_through_default_humaneval_scoring_is_refused():
     assert result.memory_peak_mb is None or result.memory_peak_mb < 64
 
 
+def test_seccomp_leaves_what_ordinary_programs_use():
+    code = ("import asyncio, concurrent.futures, tempfile, mmap\n"
+            "async def twice(x):\n    await asyncio.sleep(0)\n    return 2 * x\n"
+            "assert asyncio.run(twice(2)) == 4\n"  # its event loop needs a socketpair
+            "with concurrent.futures.ThreadPoolExecutor(2) as pool:\n    assert list(pool.map(abs, [-1, 2])) == [1, 2]\n"
+            "with tempfile.TemporaryFile() as f:\n    f.write(b'x' * 4096)\n"
+            "m = mmap.mmap(-1, 1 << 20)\nm[:1] = b'y'\n")
+    result = run_program(code, timeout=10.0)
+    assert result.passed, result.stdout_tail
+
+
 def test_seccomp_is_on_in_the_sandboxed_process():
     inside = SPAWN + textwrap.dedent("""
         import ctypes

@@ -26,16 +26,17 @@ _RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 _X32_SYSCALL_BIT = 0x40000000
 
 # The refused syscalls: unbounded kernel memory (memfd_create, memfd_secret, SysV shm segments that
-# outlive their mapping, socket buffers), and kernel attack surface that a scored program never needs
-# (there is no network in the sandbox anyway).
-REFUSED = ("memfd_create", "memfd_secret", "shmget", "socket", "socketpair", "userfaultfd", "io_uring_setup", "bpf",
-           "perf_event_open", "add_key", "request_key", "keyctl")
+# outlive their mapping), and kernel attack surface that a scored program never needs (``socket``: there
+# is no network in the sandbox anyway). ``socketpair`` stays (asyncio's event loop needs one); its
+# buffers are bounded by RLIMIT_NOFILE.
+REFUSED = ("memfd_create", "memfd_secret", "shmget", "socket", "userfaultfd", "io_uring_setup", "bpf", "perf_event_open",
+           "add_key", "request_key", "keyctl")
 # (AUDIT_ARCH_*, syscall numbers, whether the x32 bit exists) per machine (linux/audit.h, unistd tables).
 _ARCHES = {
-    "x86_64": (0xC000003E, {"memfd_create": 319, "memfd_secret": 447, "shmget": 29, "socket": 41, "socketpair": 53, "userfaultfd": 323,
+    "x86_64": (0xC000003E, {"memfd_create": 319, "memfd_secret": 447, "shmget": 29, "socket": 41, "userfaultfd": 323,
                             "io_uring_setup": 425, "bpf": 321, "perf_event_open": 298, "add_key": 248,
                             "request_key": 249, "keyctl": 250}, True),
-    "aarch64": (0xC00000B7, {"memfd_create": 279, "memfd_secret": 447, "shmget": 194, "socket": 198, "socketpair": 199, "userfaultfd": 282,
+    "aarch64": (0xC00000B7, {"memfd_create": 279, "memfd_secret": 447, "shmget": 194, "socket": 198, "userfaultfd": 282,
                              "io_uring_setup": 425, "bpf": 280, "perf_event_open": 241, "add_key": 217,
                              "request_key": 218, "keyctl": 219}, False),
 }
