@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -90,6 +91,37 @@ def test_memfd_through_default_humaneval_scoring_is_refused():
     result = task.run(answer, example)  # 1650 MiB held this way before
     assert not result.passed and "refused 1" in result.stdout_tail and "held" not in result.stdout_tail
     assert result.memory_peak_mb is None or result.memory_peak_mb < 64
+
+
+APPLY_FILTER = textwrap.dedent("""
+    import ctypes, importlib.util, os, socket, sys
+    spec = importlib.util.spec_from_file_location("seccomp", sys.argv[1])  # the module alone, not the package
+    seccomp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seccomp)
+    program = seccomp.seccomp_program()
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+    fprog = Fprog(len(program) // 8, program)
+    assert libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0, ctypes.get_errno()  # PR_SET_SECCOMP, MODE_FILTER
+    for call in (lambda: os.memfd_create("x"), lambda: socket.socket()):
+        try:
+            call()
+            print("allowed")
+        except PermissionError:
+            print("refused")
+    a, b = socket.socketpair()
+    print("mode", libc.prctl(21, 0, 0, 0, 0), os.getpid() > 0, open(os.devnull).read() == "")
+""")
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="no filter for this machine")
+def test_the_seccomp_filter_itself_in_a_plain_process():
+    done = subprocess.run([sys.executable, "-c", APPLY_FILTER, os.path.join(ROOT, "crl_envs", "sandbox", "seccomp.py")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["refused", "refused", "mode", "2", "True", "True"]
 
 
 def test_seccomp_leaves_what_ordinary_programs_use():
