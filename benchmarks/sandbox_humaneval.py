@@ -3,9 +3,12 @@
 Usage: ``python benchmarks/sandbox_humaneval.py [--workers 2] [--before REV]``.
 
 "after" is the current scorer (``HumanEvalTask.score_many``: program and checker in two bwrap
-sandboxes, verdict by the checker). With ``--before REV`` (default ``cba63d9``, the last commit with
-the single-process, unshare-based sandbox) the old ``crl_envs/sandbox.py`` is read from git, loaded
-from a temp file and timed on the old single-program harness, side by side; the ratio is printed.
+sandboxes, verdict by the checker, each sandbox in its own cgroup with the seccomp filter where this
+machine has them). With ``--before REV`` (default ``13ab484``, the last commit with the sandbox as one
+file, before seccomp, cgroups and reaping) the old ``crl_envs/sandbox.py`` is read from git, loaded
+from a temp file and timed side by side on the same programs and tests (a revision without
+``run_tests``, such as ``cba63d9``, the single-process sandbox, runs the old single-program harness);
+the ratio is printed.
 """
 
 from __future__ import annotations
@@ -44,21 +47,28 @@ def old_program(task, code: str, example) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--before", default="cba63d9", help="git revision of the old sandbox ('' to skip)")
+    parser.add_argument("--before", default="13ab484", help="git revision of the old sandbox ('' to skip)")
     args = parser.parse_args()
     task = tasks.load("humaneval")
     examples = list(task)
     old = load_old_sandbox(args.before) if args.before else None
     print(f"after: {sandbox.isolation()}")
     if old is not None:
-        print(f"before ({args.before}): {' '.join(old.isolation()) or 'no namespaces'}")
+        described = old.isolation()
+        described = described if isinstance(described, str) else " ".join(described)
+        print(f"before ({args.before}): {described or 'no namespaces'}")
     for label, completion in (("canonical", None), ("return None", "    return None\n")):
         codes = [completion or e.answer for e in examples]
         per_program = {}
         if old is not None:
             start = time.perf_counter()
-            results = old.run_many([old_program(task, c, e) for c, e in zip(codes, examples)],
-                                   workers=args.workers, timeout=task.timeout)
+            if hasattr(old, "run_tests"):
+                runs = [task.harness(c, e) for c, e in zip(codes, examples)]
+                results = old.run_many([p for p, _ in runs], tests=[t for _, t in runs], workers=args.workers,
+                                       timeout=task.timeout)
+            else:
+                results = old.run_many([old_program(task, c, e) for c, e in zip(codes, examples)],
+                                       workers=args.workers, timeout=task.timeout)
             seconds = time.perf_counter() - start
             per_program["before"] = seconds / len(examples) * args.workers
             print(f"{label:>12} before: {sum(r.passed for r in results)}/{len(results)} pass, {seconds:.1f} s, "

