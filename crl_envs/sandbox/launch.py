@@ -25,7 +25,7 @@ from importlib import resources
 from crl_envs.sandbox.boundary import Boundary, as_user, clean_env
 from crl_envs.sandbox.cgroup import Cgroup, cgroup_support
 from crl_envs.sandbox.inside import MODULES
-from crl_envs.sandbox.procs import namespace_processes, reap_orphans, session_processes
+from crl_envs.sandbox.procs import is_zombie, namespace_processes, reap_orphans, session_processes
 from crl_envs.sandbox.seccomp import seccomp_fd
 
 TAIL_BYTES = 4096
@@ -154,8 +154,8 @@ class Launch:
         while time.monotonic() < deadline:
             # Inside bwrap everything lives in the PID namespace; without it, in the launcher's session.
             left = namespace_processes(self.namespace) if self.namespace else session_processes(self.proc.pid)
-            if self.cgroup is not None:
-                left = sorted(set(left) | set(self.cgroup.processes()))
+            if self.cgroup is not None:  # (v2 may list a zombie until it is reaped: not one to wait for)
+                left = sorted(set(left) | {pid for pid in self.cgroup.processes() if not is_zombie(pid)})
             if not left:
                 break
             for pid in left:

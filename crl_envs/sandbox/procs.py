@@ -4,6 +4,7 @@
 |---|---|
 | :func:`namespace_processes` | live processes of a PID namespace |
 | :func:`session_processes` | live processes of a session |
+| :func:`is_zombie` | exited and not reaped (or gone) |
 | :func:`reap_orphans` | waits on the zombies a sandbox left with this process (a subreaper, or PID 1) |
 """
 
@@ -39,6 +40,12 @@ def _stat_fields(pid: int) -> list[str] | None:
     except OSError:
         return None
     return stat[stat.rfind(")") + 2 :].split()
+
+
+def is_zombie(pid: int) -> bool:
+    """Has ``pid`` exited but not been reaped (or is it gone)?"""
+    fields = _stat_fields(pid)
+    return fields is None or fields[:1] == ["Z"]
 
 
 def session_processes(session_id: int) -> list[int]:
