@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.pool import register_backend, register_pool
-from agents.zoo.build import SPECS, TASK_OPTIONS
+from agents.zoo.specs import SPECS, TASK_OPTIONS
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 #: Model names in pool order.

@@ -41,10 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: The task the zoo is trained for (pass these to ``crl_envs.tasks.load("arith", ...)``).
-TASK_OPTIONS: dict[str, Any] = {"digits": 2, "operations": ("+", "-")}
-#: ``--quick`` trains on one-digit questions (200 of them in all), which a model learns in a minute.
-QUICK_TASK_OPTIONS: dict[str, Any] = {"digits": 1, "operations": ("+", "-")}
+from agents.zoo.specs import BASE, QUICK_SPEC, QUICK_TASK_OPTIONS, SPECS, TASK_OPTIONS, ModelSpec
 
 KINDS = ("add", "sub", "carry", "borrow", "hundreds", "negative", "core")
 KIND_HELP = {
@@ -83,34 +80,6 @@ def example_kinds(example) -> frozenset[str]:
     return question_kinds(int(m["a"]), m["op"], int(m["b"]))
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """One zoo model: architecture, training length and its blind spot (a question kind)."""
-
-    name: str
-    blind: str | None
-    description: str
-    n_layer: int = 4
-    n_embd: int = 64
-    n_head: int = 4
-    steps: int = 1500
-    from_base: bool = True
-    blind_share: float = 0.03
-    learning_rate: float = 2e-3
-    answer_share: float = 0.6  # share of steps on answer-alone prompts; the rest on prompts with peers
-
-
-BASE = ModelSpec("zoo-base", None, "shared base: format and carry-free core", steps=2000, from_base=False,
-                 learning_rate=3e-3)
-SPECS: tuple[ModelSpec, ...] = (
-    ModelSpec("zoo-nocarry", "carry", "rarely saw additions whose units carry"),
-    ModelSpec("zoo-noborrow", "borrow", "rarely saw subtractions whose units borrow"),
-    ModelSpec("zoo-small", "hundreds", "rarely saw sums of 100 or more"),
-    ModelSpec("zoo-positive", "negative", "rarely saw negative results"),
-    ModelSpec("zoo-rookie", None, "saw everything, but only briefly after the base", steps=300),
-)
-QUICK_SPEC = ModelSpec("zoo-quick", None, "quick test model (one-digit questions)", n_layer=2, n_head=2, steps=450,
-                       from_base=False, learning_rate=5e-3, answer_share=1.0)
 N_POSITIONS = 640  # room for the longest protocol prompt plus a runaway 256-token answer
 ANSWER_BATCH = 64
 CONTEXT_TOKENS = 3200  # tokens in a batch of prompts with peers (similar lengths, so little padding)
