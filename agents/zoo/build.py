@@ -1,6 +1,7 @@
 """Build the zoo: train its small GPT-2s from a seed on the protocols' own prompts.
 
     python -m agents.zoo.build --out DIR [--seed 0] [--jobs 2] [--quick]
+    python -m agents.zoo.build --v3 --out DIR [--report]     (the multi-task zoo: agents.zoo.multitask)
 
 What happens, all deterministic from ``--seed``:
 
@@ -139,13 +140,14 @@ def scripted_peers(names: Sequence[str], seed: int):
 
 
 def collect_prompts(train_task, names: Sequence[str], *, episodes_per_protocol: int, seed: int,
-                    protocols: Sequence[str] | None = None) -> list[PromptRecord]:
-    """Play every protocol with scripted peers over train questions; keep every prompt emitted."""
+                    protocols: Sequence[str] | None = None, peers: Sequence | None = None) -> list[PromptRecord]:
+    """Play every protocol with scripted peers over train questions; keep every prompt emitted.
+    ``peers``: the scripted agents (default: :func:`scripted_peers` for arith)."""
     import agents
     import crl_envs
     from crl_envs.protocols import PROTOCOLS
 
-    pool = agents.pool(scripted_peers(names, seed))
+    pool = agents.pool(list(peers) if peers is not None else scripted_peers(names, seed))
     index = {e.id: i for i, e in enumerate(train_task.examples)}
     rng = random.Random(f"zoo-prompts/{seed}")
     records: list[PromptRecord] = []
@@ -590,6 +592,12 @@ def markdown_table(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--v3" in argv:  # the multi-task zoo and its pools
+        from agents.zoo.multitask import main as main_v3
+
+        argv.remove("--v3")
+        return main_v3(argv)
     parser = argparse.ArgumentParser(prog="python -m agents.zoo.build", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="directory to write the models into")
     parser.add_argument("--seed", type=int, default=0)
