@@ -298,7 +298,9 @@ def train(spec: Model3Spec, *, seed: int, tasks: dict[str, Any], records: list[R
 
 
 def _train_job(args: dict) -> dict[str, Any]:
-    return train(args.pop("spec"), **args)
+    args = dict(args)
+    seed, n_train, names = args.pop("task_source")  # tasks are rebuilt in the worker (a code task holds a lock)
+    return train(args.pop("spec"), tasks=load_tasks(seed, n_train=n_train, names=names), **args)
 
 
 # ---------------------------------------------------------------------- the build
@@ -328,7 +330,8 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False,
     if quick:
         base, children = quick_specs()
         scratch: list[Model3Spec] = []
-        tasks = load_tasks(seed, n_train=60, names=QUICK_TASKS)
+        n_train = 60
+        tasks = load_tasks(seed, n_train=n_train, names=QUICK_TASKS)
         protocols, episodes_per_protocol = ["vote", "debate"], 10
     else:
         base, children = BASE3, [s for s in SPECS3 if s.parent == BASE3.name]
@@ -340,7 +343,7 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False,
         records += collect(name, task, episodes_per_protocol=episodes_per_protocol, seed=seed, protocols=protocols)
     collect_seconds = round(time.perf_counter() - t0, 1)
     print(f"[zoo3] {len(records)} training prompts from the envs ({collect_seconds:.0f}s)", file=sys.stderr, flush=True)
-    common = {"tasks": tasks, "records": records, "seed": seed}
+    common = {"task_source": (seed, n_train, tuple(tasks)), "records": records, "seed": seed}
     results: dict[str, dict[str, Any]] = {}
     base_dir = out / "_base"  # the shared base is trained and kept, but ships in no pool
     stage1 = [{**common, "spec": base, "out_dir": base_dir}] + [{**common, "spec": s, "out_dir": out / s.name}

@@ -69,7 +69,7 @@ class Model3Spec:
     n_layer: int = 4
     n_embd: int = 64
     n_head: int = 4
-    steps: int = 250
+    steps: int = 150
     parent: str | None = "zoo3-base"
     focus: tuple[str, ...] = ()
     focus_share: float = 0.85
@@ -82,7 +82,7 @@ class Model3Spec:
     tags: tuple[str, ...] = field(default_factory=tuple)
 
 
-BASE3 = Model3Spec("zoo3-base", "shared multi-task base: every task, every prompt kind", steps=1800, parent=None,
+BASE3 = Model3Spec("zoo3-base", "shared multi-task base: every task, every prompt kind", steps=1200, parent=None,
                    learning_rate=3e-3, seed_offset=100)
 SPECS3: tuple[Model3Spec, ...] = (
     Model3Spec("zoo3-reasoner", "fine-tuned on the reasoning tasks", focus=REASONING, seed_offset=1),
@@ -92,10 +92,10 @@ SPECS3: tuple[Model3Spec, ...] = (
     Model3Spec("zoo3-gen-b", "fine-tuned on every task (seed b)", seed_offset=5),
     Model3Spec("zoo3-gen-c", "fine-tuned on every task (seed c)", seed_offset=6),
     Model3Spec("zoo3-soloist", "fine-tuned twice as long; repeats its own answer when asked to revise, "
-               "always says confidence 9", steps=500, stubborn=True, confident=True, seed_offset=7),
-    Model3Spec("zoo3-s", "small: 2 layers, width 32, from scratch", n_layer=2, n_embd=32, n_head=2, steps=1800,
+               "always says confidence 9", steps=300, stubborn=True, confident=True, seed_offset=7),
+    Model3Spec("zoo3-s", "small: 2 layers, width 32, from scratch", n_layer=2, n_embd=32, n_head=2, steps=1200,
                parent=None, learning_rate=5e-3, seed_offset=8),
-    Model3Spec("zoo3-m", "medium: 3 layers, width 48, from scratch", n_layer=3, n_embd=48, n_head=4, steps=1800,
+    Model3Spec("zoo3-m", "medium: 3 layers, width 48, from scratch", n_layer=3, n_embd=48, n_head=4, steps=1200,
                parent=None, learning_rate=4e-3, seed_offset=9),
 )
 #: The v3 pools, ``agents.pool("zoo-<name>")``: model names in pool order. ``zoo-pretrained`` is the
