@@ -368,8 +368,9 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False,
 
 # ---------------------------------------------------------------------- measuring the pools
 def evaluate(models_dir: Path, *, pools: dict[str, Sequence[str]] | None = None, tasks: Sequence[str] | None = None,
-             n: int = 100, seed: int = 0, progress: bool = False) -> dict[str, Any]:
-    """Each pool on ``n`` test questions of each task, through ``crl_envs.run_episodes``: every
+             n: int = 100, n_code: int = 40, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+    """Each pool on ``n`` test questions of each task (``n_code`` of pyfunc, whose every distinct
+    program runs in the sandbox), through ``crl_envs.run_episodes``: every
     member alone (its answer in vote_v0) overall and per question kind, vote_v0, debate_v0 (2 rounds,
     with each member's round-2 accuracy) and the best single member."""
     import agents
@@ -378,14 +379,15 @@ def evaluate(models_dir: Path, *, pools: dict[str, Sequence[str]] | None = None,
     from crl_envs.tasks import load
 
     pools = dict(pools or POOLS3)
-    report: dict[str, Any] = {"n": n, "seed": seed, "pools": {}}
+    report: dict[str, Any] = {"n": n, "n_code": n_code, "seed": seed, "pools": {}}
     cache: dict[str, Any] = {}
     for pool_name, members in pools.items():
         pool = agents.pool([cache.setdefault(m, agents.HFAgent(Path(models_dir) / m, name=m, batch_size=256))
                             for m in members])
         rows: dict[str, Any] = {}
         for task_name in tasks or TASKS3:
-            task = load(task_name, split="test", n=n, seed=seed, **TASKS3[task_name])
+            task = load(task_name, split="test", n=n_code if task_name == "pyfunc" else n, seed=seed,
+                        **TASKS3[task_name])
             sampling = SamplingParams(max_new_tokens=96 if task_name == "pyfunc" else 32)
             t0 = time.perf_counter()
             vote = crl_envs.run_episodes("vote", pool, task, seed=seed, sampling=sampling, progress=progress)
@@ -413,6 +415,20 @@ def evaluate(models_dir: Path, *, pools: dict[str, Sequence[str]] | None = None,
                   f"({rows[task_name]['seconds']:.0f}s)", file=sys.stderr, flush=True)
         report["pools"][pool_name] = rows
     return report
+
+
+def merge_reports(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One report from reports of some pools and tasks each (measured in parallel processes)."""
+    merged = {k: v for k, v in parts[0].items() if k != "pools"}
+    merged["pools"] = {}
+    for part in parts:
+        for pool, rows in part["pools"].items():
+            merged["pools"].setdefault(pool, {}).update(rows)
+    order = list(TASKS3)
+    merged["pools"] = {p: {t: rows[t] for t in order if t in rows}
+                       for p, rows in sorted(merged["pools"].items(), key=lambda kv: list(POOLS3).index(kv[0])
+                                             if kv[0] in POOLS3 else 99)}
+    return merged
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -461,13 +477,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="after building, measure every pool (report3.json)")
     parser.add_argument("--report-only", action="store_true", help="measure the pools of an existing build")
     parser.add_argument("--n-eval", type=int, default=100)
+    parser.add_argument("--n-code", type=int, default=40, help="pyfunc test questions (each program runs in the sandbox)")
+    parser.add_argument("--pools", default=",".join(POOLS3), help="comma-separated pools to measure")
+    parser.add_argument("--tasks", default=",".join(TASKS3), help="comma-separated tasks to measure")
+    parser.add_argument("--report-file", type=Path, default=None, help="default: OUT/report3.json")
     args = parser.parse_args(argv)
     if not args.report_only:
         summary = build(args.out, seed=args.seed, jobs=args.jobs, quick=args.quick)
         print(f"zoo v3 built in {summary['seconds']:.0f}s -> {args.out}")
     if (args.report or args.report_only) and not args.quick:
-        report = evaluate(args.out, n=args.n_eval, seed=args.seed)
-        (args.out / "report3.json").write_text(json.dumps(report, indent=1))
+        chosen = {p: POOLS3[p] for p in args.pools.split(",")}
+        report = evaluate(args.out, pools=chosen, tasks=args.tasks.split(","), n=args.n_eval, n_code=args.n_code,
+                          seed=args.seed)
+        (args.report_file or args.out / "report3.json").write_text(json.dumps(report, indent=1))
         print(markdown(report))
         print(kind_table(report))
     return 0

@@ -44,7 +44,7 @@ class PyFuncTask(ProceduralTask, CodeTask):
     | kinds | ``linear`` (a*x + b), ``mod`` (x % m), ``clip`` (max/min with a constant), ``parity`` (a value for even x, another for odd) |
     | difficulty | ``held_out`` (asserts that decide the score, 1..8, on inputs the examples do not show) |
     | scorer | :func:`~crl_envs.tasks.code.extract_code` (the last fenced block, else the text), then every held-out assert must pass in the sandbox |
-    | blind baseline | the most common train program passes about 0.01 of test questions |
+    | blind baseline | the most common train program (``return x % 3``) passes 0.053 of 300 test questions |
     """
 
     name = "pyfunc"
@@ -115,7 +115,7 @@ class PyTraceTask(ProceduralTask, NumericTask):
     | kinds | ``assign`` (straight-line assignments), ``loop`` (a loop adding a constant), ``sum`` (a loop adding its counter), ``branch`` (an if/else on the value) |
     | difficulty | ``max_value`` (largest constant), loops run 2..``max_loops`` times |
     | scorer | :class:`~crl_envs.tasks.numeric.NumericTask` (the last "The answer is N.", compared numerically) |
-    | blind baseline | the most common train answer scores about 0.03 |
+    | blind baseline | the most common train answer (``6``) scores 0.067 |
 
     The reference answer is computed from the program's structure, not by running it; the tests check
     it against Python's own ``exec``.

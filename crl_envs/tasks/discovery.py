@@ -21,7 +21,7 @@ class LawTask(ProceduralTask, NumericTask):
     | kinds | ``linear`` (y = a*x + b), ``square`` (y = a*x*x + b), ``doubling`` (y = a * 2**x), ``rate`` (name a of a linear law) |
     | difficulty | ``noise`` (each shown measurement is off by up to this much, default 0), ``tolerance`` (relative) |
     | scorer | the last "The answer is N." (or boxed, ####, last result); right when within ``max(1, tolerance * abs(truth))`` of the noiseless truth |
-    | blind baseline | the most common train answer scores about 0.03 (within tolerance) |
+    | blind baseline | the most common train answer (``8``) scores 0.133 (within tolerance; mostly ``rate`` questions) |
     """
 
     name = "law"
@@ -93,7 +93,7 @@ class SequenceTask(ProceduralTask, NumericTask):
     | kinds | ``arithmetic`` (+d), ``geometric`` (*2 or *3), ``fibonacci`` (each term the sum of the two before), ``alternate`` (+d1, +d2, +d1, ...) |
     | difficulty | ``shown`` (terms shown, 4..7) |
     | scorer | :class:`~crl_envs.tasks.numeric.NumericTask` (the last "The answer is N.", compared exactly) |
-    | blind baseline | the most common train answer scores about 0.01 |
+    | blind baseline | the most common train answer (``31``) scores 0.013 |
     """
 
     name = "sequence"

@@ -29,7 +29,7 @@ class WordProblemTask(ProceduralTask, NumericTask):
     | kinds | ``add`` (every step adds), ``sub`` (every step takes away), ``mixed`` (both), ``times`` (a doubling or tripling) |
     | difficulty | ``steps`` (changes after the start, 1..4), ``max_value`` (largest starting count / change) |
     | scorer | :class:`~crl_envs.tasks.numeric.NumericTask`: the last "The answer is N." (or boxed, ####, last result), compared numerically |
-    | blind baseline | the most common train answer scores about 0.02 (``benchmarks/procedural_baselines.py``) |
+    | blind baseline | the most common train answer (``1``) scores 0.070 on 300 test questions (``benchmarks/procedural_baselines.py``) |
     """
 
     name = "wordprob"
@@ -109,7 +109,7 @@ class CompareTask(ProceduralTask, MultipleChoiceTask):
     | kinds | ``largest``, ``smallest`` (of ``options`` two-digit numbers), ``order`` (three people, two relations, asks for an extreme) |
     | difficulty | ``options`` (2..6 numbers to compare); ``order`` questions always have 3 options |
     | scorer | :func:`~crl_envs.tasks.multiple_choice.extract_letter` ("The answer is (B)", "Answer: B", a lone "B", ...) |
-    | blind baseline | chance is 1/options (1/3 for order); the most common train letter scores about chance |
+    | blind baseline | chance is 1/options (1/3 for order): 0.278; the most common train letter (``B``) scores 0.277 |
     """
 
     name = "compare"
@@ -173,7 +173,7 @@ class LogicTask(ProceduralTask):
     | kinds | ``flat`` (and/or, no parentheses), ``not`` (a negation, no parentheses), ``nested`` (parentheses), ``mod`` (a sum mod 3..9) |
     | difficulty | ``terms`` (most literals in a boolean expression, 2..5; each has 2..terms) |
     | scorer | BBH's: the last "answer is X", else the last line; case, a trailing period and "(True)" forgiven; numbers compared numerically |
-    | blind baseline | the most common train answer (``False``) scores about 0.4; chance on the boolean kinds is 1/2 |
+    | blind baseline | the most common train answer (``True``) scores 0.393; chance 0.350 (1/2 on the boolean kinds) |
     """
 
     name = "logic"
