@@ -368,11 +368,13 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False,
 
 # ---------------------------------------------------------------------- measuring the pools
 def evaluate(models_dir: Path, *, pools: dict[str, Sequence[str]] | None = None, tasks: Sequence[str] | None = None,
-             n: int = 100, n_code: int = 40, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+             n: int = 100, n_code: int = 40, seed: int = 0, max_new_tokens: int | None = None,
+             progress: bool = False) -> dict[str, Any]:
     """Each pool on ``n`` test questions of each task (``n_code`` of pyfunc, whose every distinct
     program runs in the sandbox), through ``crl_envs.run_episodes``: every
     member alone (its answer in vote_v0) overall and per question kind, vote_v0, debate_v0 (2 rounds,
-    with each member's round-2 accuracy) and the best single member."""
+    with each member's round-2 accuracy) and the best single member. A pool given as a string is a
+    registered pool (``"pretrained"``); ``max_new_tokens`` overrides the zoo's answer lengths."""
     import agents
     import crl_envs
     from agents import SamplingParams
@@ -382,13 +384,16 @@ def evaluate(models_dir: Path, *, pools: dict[str, Sequence[str]] | None = None,
     report: dict[str, Any] = {"n": n, "n_code": n_code, "seed": seed, "pools": {}}
     cache: dict[str, Any] = {}
     for pool_name, members in pools.items():
-        pool = agents.pool([cache.setdefault(m, agents.HFAgent(Path(models_dir) / m, name=m, batch_size=256))
-                            for m in members])
+        if isinstance(members, str):  # a registered pool ("pretrained")
+            pool = agents.pool(members)
+        else:
+            pool = agents.pool([cache.setdefault(m, agents.HFAgent(Path(models_dir) / m, name=m, batch_size=256))
+                                for m in members])
         rows: dict[str, Any] = {}
         for task_name in tasks or TASKS3:
             task = load(task_name, split="test", n=n_code if task_name == "pyfunc" else n, seed=seed,
                         **TASKS3[task_name])
-            sampling = SamplingParams(max_new_tokens=96 if task_name == "pyfunc" else 32)
+            sampling = SamplingParams(max_new_tokens=max_new_tokens or (96 if task_name == "pyfunc" else 32))
             t0 = time.perf_counter()
             vote = crl_envs.run_episodes("vote", pool, task, seed=seed, sampling=sampling, progress=progress)
             debate = crl_envs.run_episodes("debate", pool, task, seed=seed, sampling=sampling, progress=progress)
@@ -478,17 +483,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="measure the pools of an existing build")
     parser.add_argument("--n-eval", type=int, default=100)
     parser.add_argument("--n-code", type=int, default=40, help="pyfunc test questions (each program runs in the sandbox)")
-    parser.add_argument("--pools", default=",".join(POOLS3), help="comma-separated pools to measure")
+    parser.add_argument("--pools", default=",".join(POOLS3),
+                        help="comma-separated pools to measure (zoo-pretrained too: slow on a CPU)")
     parser.add_argument("--tasks", default=",".join(TASKS3), help="comma-separated tasks to measure")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="answer length (default: the zoo's)")
     parser.add_argument("--report-file", type=Path, default=None, help="default: OUT/report3.json")
     args = parser.parse_args(argv)
     if not args.report_only:
         summary = build(args.out, seed=args.seed, jobs=args.jobs, quick=args.quick)
         print(f"zoo v3 built in {summary['seconds']:.0f}s -> {args.out}")
     if (args.report or args.report_only) and not args.quick:
-        chosen = {p: POOLS3[p] for p in args.pools.split(",")}
+        known = {**POOLS3, "zoo-pretrained": "pretrained"}
+        unknown = [p for p in args.pools.split(",") if p not in known]
+        if unknown:
+            parser.error(f"unknown pools {unknown}; choose from {', '.join(known)}")
+        chosen = {p: known[p] for p in args.pools.split(",")}
         report = evaluate(args.out, pools=chosen, tasks=args.tasks.split(","), n=args.n_eval, n_code=args.n_code,
-                          seed=args.seed)
+                          seed=args.seed, max_new_tokens=args.max_new_tokens)
         (args.report_file or args.out / "report3.json").write_text(json.dumps(report, indent=1))
         print(markdown(report))
         print(kind_table(report))
