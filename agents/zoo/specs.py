@@ -109,7 +109,7 @@ POOLS3: dict[str, tuple[str, ...]] = {
 POOL_SHAPES: dict[str, str] = {
     "zoo-specialists": "each fine-tuned on one kind of task (reasoning, coding, discovery): complementary strengths",
     "zoo-generalists": "three fine-tunes of one base on the same mix, different seeds: correlated errors",
-    "zoo-scale": "three sizes: 62k, 139k and 273k parameters",
+    "zoo-scale": "three sizes: 49k, 121k and 248k parameters",
     "zoo-soloist": "the strongest model alone, stubborn and over-confident inside protocols, with two generalists",
     "zoo-pretrained": "SmolLM2-135M-Instruct and gemma-3-270m (real pretrained LMs from PyPI)",
 }
