@@ -114,7 +114,7 @@ def test_v3_pools_load_offline_and_small():
 def test_v3_models_answer_every_task_in_its_format(one_thread):
     pool = agents.pool("zoo-generalists")
     for name, options in TASKS3.items():
-        task = tasks.load(name, n=12, seed=7, **options)
+        task = tasks.load(name, n=8, seed=7, **options)
         sampling = SamplingParams(max_new_tokens=96 if name == "pyfunc" else 32)
         episodes = crl_envs.run_episodes("vote", pool, task, sampling=sampling, progress=False)
         texts = [t.text for ep in episodes for t in ep.transcript]
