@@ -7,9 +7,9 @@ level. A task the format alone solves would teach nothing; these are the floors 
 
 from __future__ import annotations
 
+from agents.zoo.specs import TASKS3
 from crl_envs import tasks
 from crl_envs.tasks.procedural import TASK_KINDS
-from agents.zoo.specs import TASKS3
 
 
 def main() -> None:
