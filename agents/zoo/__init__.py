@@ -1,5 +1,12 @@
 """The zoo: small causal LMs that ship with the library, so everything runs offline on a CPU.
 
+Two generations: ``agents.pool("zoo")``, five arith specialists (below), and the multi-task zoo v3,
+``agents.pool("zoo-specialists" | "zoo-generalists" | "zoo-scale" | "zoo-soloist")`` over the eight
+procedural tasks (:data:`POOLS`; models in ``agents/zoo/models3/``, built by
+``python -m agents.zoo.build --v3``), plus ``agents.pool("zoo-pretrained")``, the real pretrained
+pool. Their model cards are in ``docs/zoo.md``. This package reads only :mod:`agents.zoo.specs`;
+the builders import :mod:`crl_envs` and are never imported by it.
+
 ``agents.pool("zoo")`` (or :func:`load`) returns a :class:`agents.Pool` of five character-level GPT-2s
 (4 layers, width 64, 0.2M parameters each, 4.8 MB in all), loaded with ``from_pretrained`` from
 ``agents/zoo/models/<name>/`` and played through the ordinary :class:`agents.HFAgent`. They answer
