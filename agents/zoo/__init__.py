@@ -1,5 +1,12 @@
 """The zoo: small causal LMs that ship with the library, so everything runs offline on a CPU.
 
+Two generations: ``agents.pool("zoo")``, five arith specialists (below), and the multi-task zoo v3,
+``agents.pool("zoo-specialists" | "zoo-generalists" | "zoo-scale" | "zoo-soloist")`` over the eight
+procedural tasks (:data:`POOLS`; models in ``agents/zoo/models3/``, built by
+``python -m agents.zoo.build --v3``), plus ``agents.pool("zoo-pretrained")``, the real pretrained
+pool. Their model cards are in ``docs/zoo.md``. This package reads only :mod:`agents.zoo.specs`;
+the builders import :mod:`crl_envs` and are never imported by it.
+
 ``agents.pool("zoo")`` (or :func:`load`) returns a :class:`agents.Pool` of five character-level GPT-2s
 (4 layers, width 64, 0.2M parameters each, 4.8 MB in all), loaded with ``from_pretrained`` from
 ``agents/zoo/models/<name>/`` and played through the ordinary :class:`agents.HFAgent`. They answer
@@ -42,25 +49,29 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.pool import register_backend, register_pool
-from agents.zoo.build import SPECS, TASK_OPTIONS
+from agents.zoo.specs import NAMES3, POOL_SHAPES, POOLS3, SPECS, TASK_OPTIONS, TASKS3
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
+#: The multi-task models (v3) behind the ``zoo-<name>`` pools.
+MODELS3_DIR = Path(__file__).resolve().parent / "models3"
 #: Model names in pool order.
 NAMES: tuple[str, ...] = tuple(s.name for s in SPECS)
+#: The pools ``agents.pool(name)`` builds from the zoo: ``"zoo"`` (arith) and the v3 pools.
+POOLS: dict[str, tuple[str, ...]] = {"zoo": NAMES, **POOLS3}
 #: The task settings the zoo is trained for: ``crl_envs.tasks.load("arith", **TASK_OPTIONS)``.
 TASK = {"name": "arith", **TASK_OPTIONS}
 
 
 def model_dir(name: str) -> Path:
     """The directory of a shipped zoo model."""
-    if name not in NAMES:
-        raise ValueError(f"unknown zoo model {name!r}; the zoo has {list(NAMES)}")
-    path = MODELS_DIR / name
+    if name not in NAMES and name not in NAMES3:
+        raise ValueError(f"unknown zoo model {name!r}; the zoo has {list(NAMES) + list(NAMES3)}")
+    path = (MODELS_DIR if name in NAMES else MODELS3_DIR) / name
     if not (path / "config.json").exists():
-        raise FileNotFoundError(
-            f"zoo model {name!r} is missing from {path}; rebuild the zoo with "
-            f"`python -m agents.zoo.build --out {MODELS_DIR}` (or reinstall the package)"
-        )
+        rebuild = (f"python -m agents.zoo.build --out {MODELS_DIR}" if name in NAMES else
+                   f"python -m agents.zoo.build --v3 --out {MODELS3_DIR}")
+        raise FileNotFoundError(f"zoo model {name!r} is missing from {path}; rebuild the zoo with `{rebuild}` "
+                                "(or reinstall the package)")
     return path
 
 
@@ -91,9 +102,17 @@ def load(names: Sequence[str] | None = None, *, batch_size: int = 256):
             hf_logging.enable_progress_bar()
 
 
-def agents_list() -> list:
-    """The zoo's agents in pool order (what ``agents.pool("zoo")`` plays), each remembering its spec."""
-    return list(load().values())
+def agents_list(pool: str = "zoo") -> list:
+    """The agents of a zoo pool in pool order (``agents.pool(pool)`` plays them), each remembering its spec."""
+    if pool not in POOLS:
+        raise ValueError(f"unknown zoo pool {pool!r}; the zoo's pools are {list(POOLS)} and 'zoo-pretrained'")
+    return list(load(POOLS[pool]).values())
+
+
+def _pretrained_pool() -> list:
+    from agents.pretrained import load as load_pretrained
+
+    return load_pretrained()
 
 
 def _agent_from_spec(name: str):
@@ -102,6 +121,10 @@ def _agent_from_spec(name: str):
 
 
 register_pool("zoo", agents_list)
+for _pool in POOLS3:
+    register_pool(_pool, lambda _pool=_pool: agents_list(_pool))
+register_pool("zoo-pretrained", _pretrained_pool)
 register_backend("zoo", _agent_from_spec)
 
-__all__ = ["NAMES", "TASK", "TASK_OPTIONS", "MODELS_DIR", "load", "model_dir", "agents_list"]
+__all__ = ["NAMES", "NAMES3", "POOLS", "POOL_SHAPES", "TASK", "TASK_OPTIONS", "TASKS3", "MODELS_DIR", "MODELS3_DIR",
+           "load", "model_dir", "agents_list"]

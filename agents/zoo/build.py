@@ -1,6 +1,7 @@
 """Build the zoo: train its small GPT-2s from a seed on the protocols' own prompts.
 
     python -m agents.zoo.build --out DIR [--seed 0] [--jobs 2] [--quick]
+    python -m agents.zoo.build --v3 --out DIR [--report]     (the multi-task zoo: agents.zoo.multitask)
 
 What happens, all deterministic from ``--seed``:
 
@@ -41,10 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: The task the zoo is trained for (pass these to ``crl_envs.tasks.load("arith", ...)``).
-TASK_OPTIONS: dict[str, Any] = {"digits": 2, "operations": ("+", "-")}
-#: ``--quick`` trains on one-digit questions (200 of them in all), which a model learns in a minute.
-QUICK_TASK_OPTIONS: dict[str, Any] = {"digits": 1, "operations": ("+", "-")}
+from agents.zoo.specs import BASE, QUICK_SPEC, QUICK_TASK_OPTIONS, SPECS, TASK_OPTIONS, ModelSpec
 
 KINDS = ("add", "sub", "carry", "borrow", "hundreds", "negative", "core")
 KIND_HELP = {
@@ -83,34 +81,6 @@ def example_kinds(example) -> frozenset[str]:
     return question_kinds(int(m["a"]), m["op"], int(m["b"]))
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """One zoo model: architecture, training length and its blind spot (a question kind)."""
-
-    name: str
-    blind: str | None
-    description: str
-    n_layer: int = 4
-    n_embd: int = 64
-    n_head: int = 4
-    steps: int = 1500
-    from_base: bool = True
-    blind_share: float = 0.03
-    learning_rate: float = 2e-3
-    answer_share: float = 0.6  # share of steps on answer-alone prompts; the rest on prompts with peers
-
-
-BASE = ModelSpec("zoo-base", None, "shared base: format and carry-free core", steps=2000, from_base=False,
-                 learning_rate=3e-3)
-SPECS: tuple[ModelSpec, ...] = (
-    ModelSpec("zoo-nocarry", "carry", "rarely saw additions whose units carry"),
-    ModelSpec("zoo-noborrow", "borrow", "rarely saw subtractions whose units borrow"),
-    ModelSpec("zoo-small", "hundreds", "rarely saw sums of 100 or more"),
-    ModelSpec("zoo-positive", "negative", "rarely saw negative results"),
-    ModelSpec("zoo-rookie", None, "saw everything, but only briefly after the base", steps=300),
-)
-QUICK_SPEC = ModelSpec("zoo-quick", None, "quick test model (one-digit questions)", n_layer=2, n_head=2, steps=450,
-                       from_base=False, learning_rate=5e-3, answer_share=1.0)
 N_POSITIONS = 640  # room for the longest protocol prompt plus a runaway 256-token answer
 ANSWER_BATCH = 64
 CONTEXT_TOKENS = 3200  # tokens in a batch of prompts with peers (similar lengths, so little padding)
@@ -170,13 +140,14 @@ def scripted_peers(names: Sequence[str], seed: int):
 
 
 def collect_prompts(train_task, names: Sequence[str], *, episodes_per_protocol: int, seed: int,
-                    protocols: Sequence[str] | None = None) -> list[PromptRecord]:
-    """Play every protocol with scripted peers over train questions; keep every prompt emitted."""
+                    protocols: Sequence[str] | None = None, peers: Sequence | None = None) -> list[PromptRecord]:
+    """Play every protocol with scripted peers over train questions; keep every prompt emitted.
+    ``peers``: the scripted agents (default: :func:`scripted_peers` for arith)."""
     import agents
     import crl_envs
     from crl_envs.protocols import PROTOCOLS
 
-    pool = agents.pool(scripted_peers(names, seed))
+    pool = agents.pool(list(peers) if peers is not None else scripted_peers(names, seed))
     index = {e.id: i for i, e in enumerate(train_task.examples)}
     rng = random.Random(f"zoo-prompts/{seed}")
     records: list[PromptRecord] = []
@@ -621,6 +592,12 @@ def markdown_table(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--v3" in argv:  # the multi-task zoo and its pools
+        from agents.zoo.multitask import main as main_v3
+
+        argv.remove("--v3")
+        return main_v3(argv)
     parser = argparse.ArgumentParser(prog="python -m agents.zoo.build", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="directory to write the models into")
     parser.add_argument("--seed", type=int, default=0)

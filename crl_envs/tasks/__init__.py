@@ -1,5 +1,6 @@
 """Tasks: ``crl_envs.tasks.load(name, split=None, n=None, seed=0, **options) -> Task``.
 
+The procedural tasks (offline, seeded, disjoint train/test splits) by kind: :data:`TASK_KINDS`.
 Register a new task with :func:`register` (a callable ``(split, n, seed, **options) -> Task``).
 """
 
@@ -12,10 +13,14 @@ from crl_envs.tasks.arith import ArithTask
 from crl_envs.tasks.base import Example, Task
 from crl_envs.tasks.bbh import BBHTask
 from crl_envs.tasks.code import CodeTask, HumanEvalTask, MBPPTask
+from crl_envs.tasks.coding import PyFuncTask, PyTraceTask
+from crl_envs.tasks.discovery import LawTask, SequenceTask
 from crl_envs.tasks.gsm8k import GSM8KTask
 from crl_envs.tasks.math import MathTask, math_equal
 from crl_envs.tasks.multiple_choice import ARCChallengeTask, GPQATask, MMLUTask, MultipleChoiceTask
 from crl_envs.tasks.numeric import NumericTask, extract_number, normalize_number
+from crl_envs.tasks.procedural import TASK_KINDS, ProceduralTask, majority_baseline
+from crl_envs.tasks.reasoning import CompareTask, LogicTask, WordProblemTask
 from crl_envs.tasks.theoremqa import TheoremQATask
 
 _REGISTRY: dict[str, Callable[..., Task]] = {}
@@ -61,6 +66,13 @@ def load(name: str, split: str | None = None, n: int | None = None, seed: int = 
 
 
 register("arith", ArithTask)
+register("wordprob", WordProblemTask)
+register("compare", CompareTask)
+register("logic", LogicTask)
+register("pyfunc", PyFuncTask)
+register("pytrace", PyTraceTask)
+register("law", LawTask)
+register("sequence", SequenceTask)
 register("gsm8k", GSM8KTask)
 register("math", MathTask)
 register("arc_challenge", ARCChallengeTask)
@@ -73,4 +85,6 @@ register("mbpp", MBPPTask)
 
 __all__ = ["Example", "Task", "NumericTask", "ArithTask", "GSM8KTask", "load", "register", "names",
            "extract_number", "normalize_number", "MathTask", "math_equal", "MultipleChoiceTask", "ARCChallengeTask",
-           "MMLUTask", "GPQATask", "BBHTask", "TheoremQATask", "CodeTask", "HumanEvalTask", "MBPPTask"]
+           "MMLUTask", "GPQATask", "BBHTask", "TheoremQATask", "CodeTask", "HumanEvalTask", "MBPPTask",
+           "ProceduralTask", "TASK_KINDS", "majority_baseline", "WordProblemTask", "CompareTask", "LogicTask",
+           "PyFuncTask", "PyTraceTask", "LawTask", "SequenceTask"]

