@@ -3,7 +3,7 @@
 Two generations: ``agents.pool("zoo")``, five arith specialists (below), and the multi-task zoo v3,
 ``agents.pool("zoo-specialists" | "zoo-generalists" | "zoo-scale" | "zoo-soloist")`` over the eight
 procedural tasks (:data:`POOLS`; models in ``agents/zoo/models3/``, built by
-``python -m agents.zoo.build --v3``), plus ``agents.pool("zoo-pretrained")``, the real pretrained
+``python -m agents.zoo.multitask``), plus ``agents.pool("zoo-pretrained")``, the real pretrained
 pool. Their model cards are in ``docs/zoo.md``. This package reads only :mod:`agents.zoo.specs`;
 the builders import :mod:`crl_envs` and are never imported by it.
 
@@ -69,7 +69,7 @@ def model_dir(name: str) -> Path:
     path = (MODELS_DIR if name in NAMES else MODELS3_DIR) / name
     if not (path / "config.json").exists():
         rebuild = (f"python -m agents.zoo.build --out {MODELS_DIR}" if name in NAMES else
-                   f"python -m agents.zoo.build --v3 --out {MODELS3_DIR}")
+                   f"python -m agents.zoo.multitask --out {MODELS3_DIR}")
         raise FileNotFoundError(f"zoo model {name!r} is missing from {path}; rebuild the zoo with `{rebuild}` "
                                 "(or reinstall the package)")
     return path

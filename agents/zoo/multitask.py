@@ -1,7 +1,7 @@
 """Build the multi-task zoo (v3): small GPT-2s trained on the protocols' own prompts for all eight
 procedural tasks, and the pools they form (:data:`agents.zoo.specs.POOLS3`).
 
-    python -m agents.zoo.build --v3 --out DIR [--seed 0] [--jobs 2] [--quick] [--report]
+    python -m agents.zoo.multitask --out DIR [--seed 0] [--jobs 2] [--quick] [--report]
 
 All deterministic from ``--seed`` (single-threaded torch per worker, deterministic algorithms):
 
@@ -474,7 +474,7 @@ def kind_table(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m agents.zoo.build --v3", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agents.zoo.multitask", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2)
@@ -507,3 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = ["build", "evaluate", "markdown", "kind_table", "collect", "target", "scripted_peers", "kind_of", "main"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
