@@ -47,7 +47,13 @@ from crl_envs.valuation.estimators import (
     sample_permutations,
     shapley_weights,
 )
-from crl_envs.valuation.executors import Executor, LocalExecutor, RayExecutor, resolve_executor
+from crl_envs.valuation.executors import (
+    Executor,
+    LocalExecutor,
+    ProcessExecutor,
+    RayExecutor,
+    resolve_executor,
+)
 from crl_envs.valuation.game import (
     CoalitionGame,
     default_cache_dir,
@@ -189,5 +195,6 @@ __all__ = [
     "evaluate", "ESTIMATORS", "CoalitionGame", "ValuationReport", "Measure", "Correlation", "correlation",
     "pooled_test", "PooledTest", "shapley_weights", "banzhaf_weights", "loo_weights", "permutation_weights",
     "sample_permutations", "exact_masks", "mask_of", "members_of", "default_cache_dir", "MAX_EXACT_PLAYERS",
-    "individual_game", "permutation_draws", "Executor", "LocalExecutor", "RayExecutor", "play_coalitions",
+    "individual_game", "permutation_draws", "Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor",
+    "play_coalitions",
 ]
