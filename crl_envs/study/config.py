@@ -302,7 +302,9 @@ def _pool(label: str, spec: Any) -> PoolConfig:
     key = f"pools.{label}"
     if not _LABEL.match(label):
         raise _error(key, "a pool label is letters, digits, '-', '_' or '.'")
-    from agents import pool as pool_module
+    import importlib
+
+    pool_module = importlib.import_module("agents.pool")
 
     if isinstance(spec, str):
         if ":" in spec:
