@@ -554,7 +554,7 @@ def test_bad_valuation_options_fail_before_any_run(mixed_pool, tmp_path, monkeyp
            ({"estimator": "permutation", "budget": "50"}, "budget must be an int >= 2"),
            ({"estimator": "permutation", "budget": 20, "permutation_seed": 0.5}, "permutation_seed must be an int"),
            ({"progress": "yes"}, "progress must be True or False"),
-           ({"executor": "dask"}, "unknown executor 'dask'; choose one of local, ray")]
+           ({"executor": "dask"}, "unknown executor 'dask'; choose one of local, processes, ray")]
     for kwargs, message in bad:
         with pytest.raises(ValueError, match=message):
             evaluate("debate", mixed_pool, task, cache_dir=tmp_path, **{"progress": False, **kwargs})

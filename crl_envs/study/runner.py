@@ -216,8 +216,21 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
     executor.start()  # a bad address fails here, before any work
     weight = {c.id: max(c.cost.get("calls", 1.0), 1.0) for c in todo}
     bar = tqdm(total=round(sum(weight.values())), desc=f"{config.name}: {len(todo)} cells", disable=not progress,
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]")
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| est. model calls{postfix} [{elapsed}<{remaining}]")
     done = [0]
+
+    def pending(cells: list[Cell]) -> list[Cell]:
+        """The cells still unfinished now (another driver on the same ``out`` may have finished some)."""
+        still = []
+        for c in cells:
+            found = load_result(out, c)
+            if found is None:
+                still.append(c)
+            else:
+                results[c.id] = found
+                done[0] += 1
+                bar.update(round(weight[c.id]))
+        return still
 
     def finished(cell: Cell, result: dict[str, Any]) -> None:
         atomic_write_json(cell_path(out, cell), result)
@@ -232,8 +245,9 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
         bar.set_postfix_str(f"0/{len(todo)} cells", refresh=True)
         coalition_executor = executor if config.executor.kind != "local" else None
         for cell in [c for c in todo if c.kind == "valuation"]:
-            finished(cell, run_cell(_payload(cell, out, coalition_executor)))
-        rest = [c for c in todo if c.kind != "valuation"]
+            if pending([cell]):
+                finished(cell, run_cell(_payload(cell, out, coalition_executor)))
+        rest = pending([c for c in todo if c.kind != "valuation"])
         executor.map(run_cell, [_payload(c, out) for c in rest], lambda i, r: finished(rest[i], r))
     finally:
         bar.close()

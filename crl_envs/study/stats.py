@@ -192,7 +192,8 @@ def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
                 ratios[b] = {"value": None, "ci": None,
                              "note": f"{b}'s mean gain is {mean_gain[b]:+.4f}, not positive: no ratio"}
                 continue
-            r = mean_boot["crl"] / mean_boot[b]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                r = mean_boot["crl"] / mean_boot[b]
             ok = bool((mean_boot[b] > 0).all())
             ratios[b] = {"value": mean_gain["crl"] / mean_gain[b],
                          "ci": [float(np.quantile(r, alpha)), float(np.quantile(r, 1 - alpha))] if ok else None,

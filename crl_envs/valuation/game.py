@@ -304,7 +304,7 @@ class _RunBar:
             parts.append(f"{len(alone)} model{'s' * (len(alone) != 1)} alone")
         self.weight = {(id(g), m): g.cost(m) for g, m in todo} if not disable else {}
         self.bar = tqdm(total=round(sum(self.weight.values()), 3) or self.total, desc=" + ".join(parts),
-                        disable=disable, bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]")
+                        disable=disable, bar_format="{desc}: {percentage:3.0f}%|{bar}| est. model calls{postfix} [{elapsed}<{remaining}]")
         self.status = ""
         self._show()
 
