@@ -115,6 +115,7 @@ def write(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[s
           run_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write ``study.json``, ``study.md`` and the plots into ``config.out``; return the JSON's content."""
     study = {"name": config.name, "cell_version": CELL_VERSION, "config": jsonable(_config_dict(config)),
+             "config_source": jsonable(config.raw),
              **jsonable(tables(config, planned, results)),
              "cells": {c.id: {"fingerprint": c.fingerprint, "seconds": results[c.id].get("seconds"),
                               "summary": results[c.id].get("summary")} for c in planned},
