@@ -137,3 +137,48 @@ def test_ray_address_and_argument_errors_are_ours():
     with pytest.raises(ConnectionError, match="does not resolve") as e:
         check_reachable("no-such-host.invalid:6379", timeout=1.0)
     assert "Name or service not known" not in str(e.value)
+
+
+def test_no_import_circle_through_valuation_or_study():
+    """Imports read with ast, lazy ones (inside functions, under TYPE_CHECKING) counted: no module of
+    crl_envs.valuation or crl_envs.study lies on a circle (executors no longer imports game)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    modules = {}
+    for path in (root / "crl_envs").rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # "from pkg import submodule" depends on the submodule; "from pkg import name" on pkg
+                subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules]
+                targets = subs + ([node.module] if len(subs) < len(node.names) else [])
+            deps |= {t for t in targets if t in modules and t != name}
+        graph[name] = deps
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, stack = set(), [start]
+        while stack:
+            m = stack.pop()
+            for d in graph.get(m, ()):
+                if d == goal:
+                    return True
+                if d not in seen:
+                    seen.add(d)
+                    stack.append(d)
+        return False
+
+    ours = [m for m in graph if m.startswith(("crl_envs.valuation.", "crl_envs.study."))]
+    assert "crl_envs.valuation.executors" in ours and "crl_envs.study.runner" in ours
+    circles = [m for m in ours if reaches(m, m)]
+    for m in circles:  # name one circle in the failure
+        print(m, sorted(graph[m]))
+    assert circles == [], f"import circles through {circles}"
