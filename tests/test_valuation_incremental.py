@@ -182,3 +182,16 @@ def test_no_import_circle_through_valuation_or_study():
     for m in circles:  # name one circle in the failure
         print(m, sorted(graph[m]))
     assert circles == [], f"import circles through {circles}"
+
+
+def test_progress_bar_says_what_runs_and_weighs_each_run_by_its_calls(tmp_path, capfd):
+    """One bar over the debate's coalitions and the models alone, advanced by model calls per question
+    (a 3-member 2-round debate weighs 6, a model alone 1), so cheap runs do not make the ETA jump."""
+    task = tasks.load("arith", n=3)
+    pool = agents.pool([ScriptedAgent.expert(f"z{k}", 0.5) for k in range(3)])
+    game = CoalitionGame("debate", pool, task, cache_dir=False, options={"rounds": 2})
+    assert [game.cost(m) for m in (0b001, 0b011, 0b111)] == [2.0, 4.0, 6.0]
+    valuation.evaluate("debate", pool, task, cache_dir=tmp_path, options={"rounds": 2})
+    err = capfd.readouterr().err
+    assert "debate_v0: 7 coalitions + 3 models alone" in err and "vote_v0+debate_v0" not in err
+    assert "10/10 runs" in err and "100%" in err
