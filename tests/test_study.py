@@ -326,3 +326,22 @@ def test_presets_validate_and_dry_run(preset, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"study {preset}:" in proc.stdout and "| training |" in proc.stdout and "| valuation |" in proc.stdout
     assert not (tmp_path / "out").exists()
+
+
+def test_every_protocol_declares_its_family_in_class_and_docstring():
+    import inspect
+    import re
+
+    from crl_envs import protocols
+
+    seen = set()
+    for name, factory in protocols.PROTOCOLS.items():
+        family = protocols.family(name)
+        assert family in protocols.FAMILIES
+        doc = inspect.getmodule(factory).__doc__
+        (stated,) = re.findall(r"^\| Family \| ([a-z ]+) \(MoCo's (?:API|text) level\) \|$", doc, re.M)
+        assert stated == family == protocols.env_class(factory).FAMILY, name
+        seen.add(family)
+    assert seen == set(protocols.FAMILIES)  # every family has a protocol
+    with pytest.raises(ValueError, match="declares no method family"):
+        protocols.family(lambda pool, task: None)
