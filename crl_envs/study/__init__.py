@@ -84,10 +84,27 @@ def run(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: str
         "executor": config.executor.kind, "environment": environment()})
 
 
+def report(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: str | os.PathLike | None = None
+           ) -> dict[str, Any]:
+    """Write the tables from the cells finished so far (run nothing): a look at a running or stopped
+    study. ``run.missing`` lists the cells not finished; the tables cover the finished ones only."""
+    config = config if isinstance(config, StudyConfig) else load_config(config, out=out)
+    planned = plan(config)
+    results = {c.id: r for c in planned if (r := load_result(config.out, c)) is not None}
+    finished = [c for c in planned if c.id in results]
+    # a training setting needs its baseline: leave out runs whose baseline has not finished
+    bases = {(c.spec["setup_label"], c.spec["task_label"]) for c in finished if c.kind == "baseline"}
+    finished = [c for c in finished if c.kind != "training" or (c.spec["setup_label"], c.spec["task_label"]) in bases]
+    return write(config, finished, results, run_info={
+        "cells": len(planned), "cached": len(finished), "executed": 0, "wall_seconds": 0.0,
+        "missing": [c.id for c in planned if c.id not in {f.id for f in finished}],
+        "executor": config.executor.kind, "environment": environment()})
+
+
 def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     """The valuation and training tables from the cells' results."""
     out: dict[str, Any] = {}
-    if config.valuation is not None:
+    if config.valuation is not None and any(c.kind == "valuation" for c in planned):
         vcells = []
         for c in planned:
             if c.kind == "valuation":
@@ -96,7 +113,7 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
                                                                  "protocol": c.spec["protocol_label"],
                                                                  "task": c.spec["task_label"]}})
         out["valuation"] = valuation_tables(vcells, alpha=config.valuation.alpha)
-    if config.training is not None:
+    if config.training is not None and any(c.kind == "training" for c in planned):
         baselines, runs = {}, defaultdict(lambda: defaultdict(dict))
         for c in planned:
             key = (c.spec.get("setup_label"), c.spec.get("task_label"))
@@ -142,5 +159,5 @@ def _config_dict(config: StudyConfig) -> dict[str, Any]:
     return d
 
 
-__all__ = ["load_config", "StudyConfig", "StudyConfigError", "plan", "describe_plan", "run", "tables", "write",
+__all__ = ["load_config", "StudyConfig", "StudyConfigError", "plan", "describe_plan", "run", "report", "tables", "write",
            "Cell", "cells"]

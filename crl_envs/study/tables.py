@@ -92,7 +92,10 @@ def markdown(study: Mapping[str, Any]) -> str:
         out += ["## Training: Δ system accuracy per trainer (points)", "",
                 training_markdown(study["training"], study["config"]["training"]["trainers"]), ""]
     run = study.get("run", {})
-    if run:
+    if run.get("missing"):
+        out += [f"**Incomplete**: {len(run['missing'])} of {run['cells']} cells have not finished; the tables cover "
+                f"the finished ones only.", ""]
+    elif run:
         out += [f"Cells: {run['cells']} ({run['executed']} run now, {run['cached']} from earlier runs); wall "
                 f"{run['wall_seconds']:.0f} s on {run['environment']['cpus']} CPUs, load average at the end "
                 f"{run['environment']['load_average']}."]

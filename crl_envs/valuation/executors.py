@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import cloudpickle  # a gymnasium dependency
 import numpy as np
 
 from agents import Agent, Pool
@@ -161,8 +162,15 @@ def _play_shipped(payload: tuple[CoalitionRun, int]) -> np.ndarray:
     return coalition_scores(run, mask)
 
 
+def _unpickled_call(blob: bytes) -> Any:
+    """In a worker process: ``fn(payload)`` from their cloudpickle (scripted agents hold lambdas)."""
+    fn, payload = cloudpickle.loads(blob)
+    return fn(payload)
+
+
 class ProcessExecutor(Executor):
-    """Runs on ``workers`` local processes (started with ``spawn``; default: the CPU count).
+    """Runs on ``workers`` local processes (started with ``spawn``; default: the CPU count). Payloads
+    travel by cloudpickle, as on Ray.
 
     Args:
         workers: how many processes run at once.
@@ -185,7 +193,7 @@ class ProcessExecutor(Executor):
             return
         with concurrent.futures.ProcessPoolExecutor(max_workers=min(self.workers, len(payloads)),
                                                     mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(fn, p): i for i, p in enumerate(payloads)}
+            futures = {pool.submit(_unpickled_call, cloudpickle.dumps((fn, p))): i for i, p in enumerate(payloads)}
             if bar is not None:
                 bar.set_postfix_str(f"{min(self.workers, len(payloads))} processes", refresh=True)
             try:
