@@ -169,6 +169,12 @@ def test_rerun_is_free_and_a_changed_config_reruns_exactly_its_cells(tmp_path):
     log = sorted(p.name for p in (out / "logs").glob("*debate*"))
     assert log == ["valuation__four__debate__arith__seed0.log", "valuation__three__debate__arith__seed0.log"]
     assert (out / "logs" / log[0]).read_text().count("start ") == 2  # rounds=2, then rounds=3
+    # --report: the tables of what has finished, the rest listed as missing
+    cell = next(c for c in study.plan(changed) if c.id == "valuation/three/cascade/arith/seed0")
+    (out / "cells" / f"{cell.fingerprint}.json").unlink()
+    partial = study.report(changed)
+    assert partial["run"]["missing"] == [cell.id] and len(partial["valuation"]["settings"]) == 5
+    assert "**Incomplete**: 1 of 6 cells" in (out / "study.md").read_text()
 
 
 def test_dry_run_counts_runs_calls_and_shared_coalitions(tmp_path):

@@ -244,14 +244,65 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
     try:
         bar.set_postfix_str(f"0/{len(todo)} cells", refresh=True)
         coalition_executor = executor if config.executor.kind != "local" else None
-        for cell in [c for c in todo if c.kind == "valuation"]:
+        local = [c for c in todo if c.kind == "valuation"]
+        rest = [c for c in todo if c.kind != "valuation"]
+        if config.executor.kind == "local":  # one cell at a time: claim each just before it runs
+            local, rest = local + rest, []
+        waiting: list[Cell] = []
+        for cell in local:
             if pending([cell]):
-                finished(cell, run_cell(_payload(cell, out, coalition_executor)))
-        rest = pending([c for c in todo if c.kind != "valuation"])
+                if _claim(out, cell):
+                    _run_claimed(cell, out, coalition_executor, finished)
+                else:
+                    waiting.append(cell)  # another driver is running it: come back at the end
+        while waiting:
+            cell = waiting.pop(0)
+            if not pending([cell]):
+                continue
+            if _claim(out, cell):
+                _run_claimed(cell, out, coalition_executor, finished)
+            else:
+                waiting.append(cell)
+                time.sleep(5)
+        rest = pending(rest)
         executor.map(run_cell, [_payload(c, out) for c in rest], lambda i, r: finished(rest[i], r))
     finally:
         bar.close()
     return results
+
+
+def _lock_path(out: Path, cell: Cell) -> Path:
+    return out / "cells" / f"{cell.fingerprint}.lock"
+
+
+def _claim(out: Path, cell: Cell) -> bool:
+    """Take the cell's lock file (created exclusively, holding this process id); a lock whose process is
+    gone is stale and taken over. Several drivers on one ``out`` then never run one cell at once."""
+    path = _lock_path(out, cell)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(path.read_text() or 0)
+                os.kill(pid, 0)
+                return pid == os.getpid()
+            except (ValueError, ProcessLookupError, FileNotFoundError):
+                path.unlink(missing_ok=True)  # stale: its driver died
+                continue
+            except PermissionError:
+                return False
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+def _run_claimed(cell: Cell, out: Path, coalition_executor: Any, finished: Callable[[Cell, dict[str, Any]], Any]) -> None:
+    try:
+        finished(cell, run_cell(_payload(cell, out, coalition_executor)))
+    finally:
+        _lock_path(out, cell).unlink(missing_ok=True)
 
 
 def jsonable(value: Any) -> Any:
