@@ -116,10 +116,10 @@ def _valuation_cell(spec: dict[str, Any], out: Path, coalition_executor: Any) ->
     d["fingerprints"] = {a: pool[a].fingerprint for a in pool.ids}
     comp = "shapley" if report.shapley is not None else "loo"
     kt = report.correlation[comp]["kendall"]
-    d["summary"] = (f"v(N) {report.system.mean():.3f}, {comp} vs individual Kendall tau-b {kt.value:+.3f} "
+    summary = (f"v(N) {report.system.mean():.3f}, {comp} vs individual Kendall tau-b {kt.value:+.3f} "
                     f"(p {kt.p_value:.3f}); {report.system_evaluations + report.individual_evaluations} runs, "
                     f"{report.cached_evaluations} from cache")
-    return {"report": d}
+    return {"report": d, "summary": summary}
 
 
 def _trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Path | None):
