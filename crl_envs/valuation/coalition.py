@@ -86,6 +86,9 @@ def atomic_write_json(path: Path, payload: Any) -> None:
     """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide results from the other users of a cache
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(payload, f)
