@@ -446,7 +446,9 @@ def test_hf_agents_cache_on_weights(tiny_model_dir, tmp_path):
     with torch.no_grad():
         next(changed["model_1"].model.parameters()).add_(0.01)
     after = evaluate("debate", changed, task, **kw)
-    assert (after.system_evaluations, after.individual_evaluations) == (3, 2)
+    # only what model_1 plays in misses: {model_0, model_1} and {model_1}, and model_1 alone; the
+    # coalition {model_0} is the same game as before (cache v2 keys a coalition by its members)
+    assert (after.system_evaluations, after.individual_evaluations, after.cached_evaluations) == (2, 1, 2)
 
 
 # ---------------------------------------------------------------------- #14: defects 2, 3, 6 and the report
