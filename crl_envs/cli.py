@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {}
 PLUGINS: dict[str, tuple[str, str]] = {
     "value": ("crl_envs.valuation.cli",
               "value a pool's models: individual vs LOO/Shapley/Banzhaf, table + JSON + PNG"),
+    "study": ("crl_envs.study.cli", "run a study config: pools x protocols x tasks, trainers; prints the paper's tables"),
 }
 #: What a user can fix from the message alone: shown as one line (exit status 2).
 USER_ERRORS = (ValueError, TypeError, KeyError, OSError, ImportError, RuntimeError)

@@ -446,7 +446,9 @@ def test_hf_agents_cache_on_weights(tiny_model_dir, tmp_path):
     with torch.no_grad():
         next(changed["model_1"].model.parameters()).add_(0.01)
     after = evaluate("debate", changed, task, **kw)
-    assert (after.system_evaluations, after.individual_evaluations) == (3, 2)
+    # only what model_1 plays in misses: {model_0, model_1} and {model_1}, and model_1 alone; the
+    # coalition {model_0} is the same game as before (cache v2 keys a coalition by its members)
+    assert (after.system_evaluations, after.individual_evaluations, after.cached_evaluations) == (2, 1, 2)
 
 
 # ---------------------------------------------------------------------- #14: defects 2, 3, 6 and the report
@@ -554,7 +556,7 @@ def test_bad_valuation_options_fail_before_any_run(mixed_pool, tmp_path, monkeyp
            ({"estimator": "permutation", "budget": "50"}, "budget must be an int >= 2"),
            ({"estimator": "permutation", "budget": 20, "permutation_seed": 0.5}, "permutation_seed must be an int"),
            ({"progress": "yes"}, "progress must be True or False"),
-           ({"executor": "dask"}, "unknown executor 'dask'; choose one of local, ray")]
+           ({"executor": "dask"}, "unknown executor 'dask'; choose one of local, processes, ray")]
     for kwargs, message in bad:
         with pytest.raises(ValueError, match=message):
             evaluate("debate", mixed_pool, task, cache_dir=tmp_path, **{"progress": False, **kwargs})

@@ -42,6 +42,32 @@ PROTOCOLS: dict[str, Callable[..., ProtocolEnv]] = {
 }
 
 
+#: Method families: how the models of a protocol collaborate (MoCo's API / text / logit / weight
+#: levels, refined at the API and text levels). Every protocol's env class declares one as ``FAMILY``.
+FAMILIES: dict[str, str] = {
+    "routing": "one model is chosen per question, and it alone answers (API level)",
+    "cascade": "models answer in turn until one is confident enough (API level)",
+    "aggregation": "members answer independently; their answers are combined (vote, a synthesising aggregator)",
+    "judging": "members propose; a judge or ranker picks or fuses the best (text level)",
+    "text exchange": "members read and revise each other's text over rounds (debate, feedback, relay, ...)",
+}
+
+
+def family(protocol: str | Callable[..., ProtocolEnv]) -> str:
+    """The method family of a protocol (name or factory), one of :data:`FAMILIES`.
+
+    Example:
+        >>> family("debate"), family("vote"), family("cascade")
+        ('text exchange', 'aggregation', 'cascade')
+    """
+    cls = env_class(get(protocol))
+    found = getattr(cls, "FAMILY", "") if cls is not None else ""
+    if found not in FAMILIES:
+        raise ValueError(f"protocol {protocol!r} declares no method family (FAMILY = {found!r}); set FAMILY on its env "
+                         f"class to one of {', '.join(FAMILIES)}")
+    return found
+
+
 def get(name: str | Callable[..., ProtocolEnv]) -> Callable[..., ProtocolEnv]:
     """A protocol factory by short name (``"debate"``), versioned name (``"debate_v0"``) or as given."""
     if callable(name):

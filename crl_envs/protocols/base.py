@@ -104,6 +104,8 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
     PROMPTS: dict[str, str] = {}
     #: v(∅): the system's score when no pool member takes part.
     empty_value: float = 0.0
+    #: The method family (a key of :data:`crl_envs.protocols.FAMILIES`): how the models collaborate.
+    FAMILY: str = ""
 
     def __init__(
         self,
@@ -167,6 +169,12 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         unknown = [k for k in options if k not in valid]
         if unknown:
             raise ValueError(unknown_option_message(cls.metadata["name"], unknown, valid, cls.NOT_OPTIONS))
+
+    def coalition_context(self, members: Sequence[str]) -> Any:
+        """What this env derives from the rest of the pool that changes how ``members`` play; ``None``
+        (the default) when a coalition's game depends on its members alone. Valuation's coalition cache
+        keys it, so a coalition's result is reused across pools only when it is the same game."""
+        return None
 
     # ------------------------------------------------------------------ roles and spaces
     def add_role(self, agent_id: str, agent: Agent | str) -> str:

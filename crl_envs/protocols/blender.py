@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.blender_v0(pool, task, top_k=2, ranker=None, fuser=None)`` |
+| Family | judging (MoCo's text level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``), plus ``ranker_0`` / ``fuser_0`` when those roles are outside agents |
 | Phases | ``answer`` every member answers alone; then, only when there are more candidates than ``top_k``, one ``compare_k`` step per pair of candidates (the ranker sees the two, the earlier pool member's first, and replies 1 or 2); ``fuse`` the fuser sees the top-k candidates (best first) and gives the final answer |
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
@@ -41,6 +42,7 @@ from crl_envs.protocols.roles import RoleOption, parse_choice, resolve_role, rol
 
 class BlenderEnv(ProtocolEnv):
     metadata = {"name": "blender_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "judging"
     PROMPTS = {
         "answer": "{question}",
         "compare": "{question}\n{answers}\nWhich answer is better? Reply 1 or 2.",

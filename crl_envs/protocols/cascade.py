@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.cascade_v0(pool, task, order=None, threshold=5)`` |
+| Family | cascade (MoCo's API level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``) |
 | Phases | up to one per present member, in ``order``: ``stage_k`` — the k-th present member answers the question alone (it never sees the earlier members' text); the episode ends at the first confident answer |
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
@@ -54,6 +55,7 @@ def read_confidence(text: str) -> tuple[str, float | None]:
 
 class CascadeEnv(ProtocolEnv):
     metadata = {"name": "cascade_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "cascade"
     PROMPTS = {
         "ask": "{question}\nEnd with 'Confidence: N' (0-10). If unsure, say 'defer'.",
         "last": "{question}",

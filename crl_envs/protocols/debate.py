@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.debate_v0(pool, task, rounds=2)`` |
+| Family | text exchange (MoCo's text level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``) |
 | Phases | ``rounds`` steps: ``round_1`` every member answers alone; ``round_k`` (k > 1) every member sees its own previous answer and the other members' previous answers, and answers again |
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
@@ -32,6 +33,7 @@ from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers,
 
 class DebateEnv(ProtocolEnv):
     metadata = {"name": "debate_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "text exchange"
     PROMPTS = {
         "answer": "{question}",
         "debate": "{question}\nOther agents' answers:\n{peers}\nYour previous answer: {own}\n"

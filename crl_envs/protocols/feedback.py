@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.feedback_v0(pool, task, summariser=None)`` |
+| Family | text exchange (MoCo's text level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``), plus ``summariser_0`` when the summariser is an outside agent |
 | Phases | 3 or 4: ``answer`` every member answers alone; ``critique`` every member critiques the other members' answers; ``revise`` every member sees its own answer and the critiques written by the others, and answers again; ``summarise`` (only with a summariser) the summariser sees the revised answers and gives the final answer |
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
@@ -36,6 +37,7 @@ from crl_envs.protocols.roles import RoleOption, resolve_role, role_player
 
 class FeedbackEnv(ProtocolEnv):
     metadata = {"name": "feedback_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "text exchange"
     PROMPTS = {
         "answer": "{question}",
         "critique": "{question}\n{answers}\nPoint out any errors in these answers.",

@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.judge_v0(pool, task, judge=None)`` |
+| Family | judging (MoCo's text level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``), plus ``judge_0`` when the judge is an outside agent |
 | Phases | ``propose`` every member answers alone; ``judge`` (only with 2 or more candidates) the judge sees the candidates and replies with the number of the best |
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
@@ -40,6 +41,7 @@ from crl_envs.protocols.roles import RoleOption, parse_choice, resolve_role, rol
 
 class JudgeEnv(ProtocolEnv):
     metadata = {"name": "judge_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "judging"
     PROMPTS = {
         "propose": "{question}",
         "judge": "{question}\n{answers}\nWhich answer is best? Reply with its number.",

@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.knowledge_v0(pool, task, answerer=None)`` |
+| Family | text exchange (MoCo's text level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``), plus ``answerer_0`` when the answerer is an outside agent |
 | Phases | 2: ``note`` every member writes a short note of knowledge that helps answer the question (not the answer); ``answer`` the answerer sees the question and every note, and answers |
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
@@ -35,6 +36,7 @@ from crl_envs.protocols.roles import RoleOption, resolve_role, role_player
 
 class KnowledgeEnv(ProtocolEnv):
     metadata = {"name": "knowledge_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "text exchange"
     PROMPTS = {
         "note": "{question}\nWrite a short note of facts that help answer this question. Do not answer it.",
         "answer": "{question}\n{notes}\nAnswer the question using these notes.",

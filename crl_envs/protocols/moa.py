@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.moa_v0(pool, task, layers=2, aggregator=None)`` |
+| Family | aggregation (MoCo's text level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``), plus ``aggregator_0`` when the aggregator is an outside agent |
 | Phases | ``layers + 1`` steps: ``layer_1`` every member answers alone; ``layer_k`` (1 < k <= layers) every member sees all of layer k-1's responses (its own included) and answers again; ``aggregate`` the aggregator sees the last layer's responses and gives the final answer |
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
@@ -36,6 +37,7 @@ from crl_envs.protocols.roles import RoleOption, resolve_role, role_player
 
 class MoAEnv(ProtocolEnv):
     metadata = {"name": "moa_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "aggregation"
     PROMPTS = {
         "propose": "{question}",
         "refine": "{question}\n{responses}\nUsing these responses, give a better answer.",

@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.refine_v0(pool, task, drafter=None)`` |
+| Family | text exchange (MoCo's text level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``), plus ``drafter_0`` when the drafter is an outside agent |
 | Phases | ``draft`` the drafter answers alone; ``review_k`` the k-th reviewer (every other present member, pool order) sees the draft and the earlier reviews and writes a review; ``finalise`` the drafter sees its draft and all reviews and gives the final answer (no reviews, no ``finalise``) |
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
@@ -35,6 +36,7 @@ from crl_envs.protocols.roles import RoleOption, resolve_role, role_player
 
 class RefineEnv(ProtocolEnv):
     metadata = {"name": "refine_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "text exchange"
     PROMPTS = {
         "draft": "{question}",
         "review_first": "{question}\nDraft: {draft}\nReview this draft: point out any errors.",

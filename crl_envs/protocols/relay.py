@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.relay_v0(pool, task, order=None, passes=1)`` |
+| Family | text exchange (MoCo's text level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``) |
 | Phases | ``passes`` x (number of present members) steps ``relay_k``, one member each, in ``order``: the first answers the question alone; each next one sees the question and the current draft only, and writes an improved draft |
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
@@ -30,6 +31,7 @@ from crl_envs.protocols.roles import resolve_order
 
 class RelayEnv(ProtocolEnv):
     metadata = {"name": "relay_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "text exchange"
     PROMPTS = {
         "start": "{question}",
         "improve": "{question}\nDraft: {draft}\nImprove this answer.",

@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.routing_v0(pool, task, router="llm", router_agent=None, descriptions=None)`` |
+| Family | routing (MoCo's API level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``) and the router ``router_0`` (a fixed role, never masked, not a player of the coalition game) |
 | Phases | 2: ``route`` — only ``router_0`` acts; ``answer`` — only the chosen member answers the question |
 | Observation | members: ``{"prompt": str}``; ``router_0``: ``{"prompt": str}`` (``router="llm"``) or ``{"prompt": str, "action_mask": int8 array over the pool, 1 for coalition members}`` (``router="discrete"``) |
@@ -69,6 +70,7 @@ class _NoRouter(Agent):
 
 class RoutingEnv(ProtocolEnv):
     metadata = {"name": "routing_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "routing"
     PROMPTS = {
         "route": "{question}\n{models}\nWhich model should answer this question? Reply with its number.",
         "answer": "{question}",

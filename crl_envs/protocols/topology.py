@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.topology_v0(pool, task, graph="chain", rounds=2)`` |
+| Family | text exchange (MoCo's text level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``) |
 | Phases | ``rounds`` steps: ``round_1`` every member answers alone; ``round_k`` (k > 1) every member sees its own previous answer and its present in-neighbours' previous answers, and answers again |
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
@@ -78,6 +79,7 @@ class TopologyEnv(DebateEnv):
     """Debate restricted to a graph: ``peers_of`` follows the edges (on ``"complete"`` it is debate)."""
 
     metadata = {"name": "topology_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "text exchange"
     PROMPTS = {
         "answer": "{question}",
         "update": "{question}\n{peers}\nYour previous answer: {own}\nConsidering these answers, give your updated answer.",
@@ -93,6 +95,11 @@ class TopologyEnv(DebateEnv):
         super().__init__(pool, task, rounds=rounds, **kwargs)
         self.graph = graph if isinstance(graph, str) else np.asarray(graph).tolist()
         self.adjacency = adjacency(graph, len(self.pool))
+
+    def coalition_context(self, members: Sequence[str]) -> list[list[int]]:
+        """The graph among ``members`` (a ring's closing edge, a matrix's rows depend on the whole pool)."""
+        index = [self.pool.ids.index(a) for a in members]
+        return [[int(self.adjacency[i, j]) for j in index] for i in index]
 
     def peers_of(self, agent: str) -> list[str]:
         """Present members whose answers reach ``agent`` along the graph's edges (pool order)."""

@@ -3,6 +3,7 @@
 | | |
 |---|---|
 | Import | ``crl_envs.vote_v0(pool, task)`` |
+| Family | aggregation (MoCo's text level) |
 | Agents | the coalition's members (``model_0 .. model_{n-1}``) |
 | Phases | 1: ``answer`` — every member answers the question alone |
 | Observation | ``{"prompt": str}`` the rendered chat transcript; ``infos[a]["messages"]`` the chat messages |
@@ -29,6 +30,7 @@ from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, plurality
 
 class VoteEnv(ProtocolEnv):
     metadata = {"name": "vote_v0", "render_modes": ["human"], "is_parallelizable": True}
+    FAMILY = "aggregation"
     PROMPTS = {"answer": "{question}"}
     empty_value = 0.0
 

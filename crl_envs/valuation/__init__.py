@@ -39,7 +39,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "MAX_EXACT_PLAYERS", "banzhaf_weights", "exact_masks", "loo_weights", "permutation_draws",
         "permutation_weights", "sample_permutations", "shapley_weights",
     ),
-    "crl_envs.valuation.executors": ("Executor", "LocalExecutor", "RayExecutor"),
+    "crl_envs.valuation.executors": ("Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor"),
     "crl_envs.valuation.game": (
         "CoalitionGame", "default_cache_dir", "individual_game", "mask_of", "members_of", "play_coalitions",
     ),
@@ -73,7 +73,7 @@ if TYPE_CHECKING:  # pragma: no cover
         sample_permutations,
         shapley_weights,
     )
-    from crl_envs.valuation.executors import Executor, LocalExecutor, RayExecutor
+    from crl_envs.valuation.executors import Executor, LocalExecutor, ProcessExecutor, RayExecutor
     from crl_envs.valuation.game import (
         CoalitionGame,
         default_cache_dir,
@@ -233,5 +233,6 @@ __all__ = [
     "evaluate", "ESTIMATORS", "CoalitionGame", "ValuationReport", "Measure", "Correlation", "correlation",
     "pooled_test", "PooledTest", "shapley_weights", "banzhaf_weights", "loo_weights", "permutation_weights",
     "sample_permutations", "exact_masks", "mask_of", "members_of", "default_cache_dir", "MAX_EXACT_PLAYERS",
-    "individual_game", "permutation_draws", "Executor", "LocalExecutor", "RayExecutor", "play_coalitions",
+    "individual_game", "permutation_draws", "Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor",
+    "play_coalitions",
 ]

@@ -1,9 +1,14 @@
-"""Where coalition runs execute: in this process, one after another, or as Ray tasks on a cluster.
+"""Where work executes: in this process, one after another; in local worker processes; or as Ray tasks.
 
-Both executors play a coalition with :func:`crl_envs.valuation.game.coalition_scores` and hand the
-scores back to the driver, which stores them in the game's on-disk cache (one atomic write per
-coalition). So the Ray path gives the local path's numbers bit for bit, and a killed driver, rerun,
-plays only the coalitions that never finished.
+An executor runs two kinds of work with the same machinery:
+
+- **coalitions** (:meth:`Executor.run`): each ``(game, mask)`` is played with
+  :func:`crl_envs.valuation.coalition.coalition_scores` and its scores handed back to the driver, which
+  stores them in the game's on-disk cache (one atomic write per coalition). So every executor gives the
+  local path's numbers bit for bit, and a killed driver, rerun, plays only the coalitions that never
+  finished;
+- **any picklable call** (:meth:`Executor.map`): ``fn(payload)`` for each payload, each result handed
+  to ``done(index, result)`` as it arrives (the study runs its cells this way).
 
 :class:`RayExecutor`:
 
@@ -12,10 +17,13 @@ plays only the coalitions that never finished.
   tasks (per-worker loading; ``vllm:``/``openai:`` agents then share their server), and checks that
   the fingerprint matches the driver's. Other agents (``ScriptedAgent``, models changed in memory)
   travel as objects through Ray's object store (cloudpickle), fetched once per worker.
-- **Backpressure.** At most as many coalitions in flight as the cluster has slots (CPUs divided by
+- **Backpressure.** At most as many tasks in flight as the cluster has slots (CPUs divided by
   ``num_cpus`` per task; GPUs likewise when ``num_gpus`` is set), through ``ray.wait``.
 - **Faults.** A worker that dies mid-run is retried (Ray's ``max_retries``); a task that raises is
-  surfaced, never turned into a score; an unreachable address fails in seconds with one line.
+  surfaced, never turned into a score; a malformed or unreachable address fails in seconds with one line.
+
+:class:`ProcessExecutor` does the same on ``workers`` local processes (``spawn``ed, so no forked torch
+state), with agents shipped the same way.
 
 Example:
     >>> from crl_envs.valuation.executors import RayExecutor, resolve_executor
@@ -28,62 +36,185 @@ Example:
 from __future__ import annotations
 
 import abc
+import difflib
 import os
+import re
 import socket
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+import cloudpickle  # a gymnasium dependency
 import numpy as np
 
 from agents import Agent, Pool
+from crl_envs.valuation.coalition import CoalitionRun, coalition_scores
 
-if TYPE_CHECKING:
-    from crl_envs.valuation.game import CoalitionGame
-
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "processes", "ray")
 INSTALL_HINT = "pip install 'crl-envs[ray]'"
-Done = Callable[["CoalitionGame", int, np.ndarray], Any]
+
+
+class CoalitionJob(Protocol):
+    """What an executor needs of a game: what a coalition run needs besides the mask."""
+
+    def run_spec(self) -> CoalitionRun: ...
+
+
+Done = Callable[[Any, int, np.ndarray], Any]
 
 
 class Executor(abc.ABC):
-    """Plays coalition runs and reports each result to ``done(game, mask, scores)`` as it arrives."""
+    """Plays coalition runs and reports each result to ``done(game, mask, scores)`` as it arrives;
+    runs any picklable ``fn(payload)`` with :meth:`map`."""
 
     @abc.abstractmethod
     def start(self) -> None:
         """Connect to whatever runs the work (called before the first run, so a bad address fails early)."""
 
     @abc.abstractmethod
-    def run(self, jobs: Sequence[tuple[CoalitionGame, int]], done: Done, bar: Any = None) -> None:
-        """Play every ``(game, mask)`` of ``jobs``; ``bar`` is the driver's tqdm bar (for a status line)."""
+    def map(self, fn: Callable[[Any], Any], payloads: Sequence[Any], done: Callable[[int, Any], Any],
+            bar: Any = None) -> None:
+        """Call ``fn(payload)`` for every payload; ``done(index, result)`` as each finishes (any order)."""
+
+    def run(self, jobs: Sequence[tuple[CoalitionJob, int]], done: Done, bar: Any = None) -> None:
+        """Play every ``(game, mask)`` of ``jobs``; ``bar`` is the driver's progress bar (for a status line)."""
+        specs: dict[int, CoalitionRun] = {}
+        for game, _ in jobs:
+            specs.setdefault(id(game), game.run_spec())
+        self.map(_play_coalition, [(specs[id(game)], mask) for game, mask in jobs],
+                 lambda i, scores: done(jobs[i][0], jobs[i][1], scores), bar=bar)
+
+
+def _play_coalition(payload: tuple[CoalitionRun, int]) -> np.ndarray:
+    run, mask = payload
+    return coalition_scores(run, mask)
 
 
 class LocalExecutor(Executor):
-    """One coalition after another in this process (the default)."""
+    """One run after another in this process (the default)."""
 
     def start(self) -> None:
         """Nothing to connect to."""
 
-    def run(self, jobs: Sequence[tuple[CoalitionGame, int]], done: Done, bar: Any = None) -> None:
-        for game, mask in jobs:
-            done(game, mask, game._play(mask))
+    def map(self, fn, payloads, done, bar=None) -> None:
+        for i, payload in enumerate(payloads):
+            done(i, fn(payload))
 
     def __repr__(self) -> str:
         return "LocalExecutor()"
 
 
 def resolve_executor(executor: Executor | str | None) -> Executor:
-    """``"local"`` / ``None`` -> :class:`LocalExecutor`, ``"ray"`` -> :class:`RayExecutor` (the
-    running or a new local cluster), or an :class:`Executor` as is."""
+    """``"local"`` / ``None`` -> :class:`LocalExecutor`, ``"processes"`` -> :class:`ProcessExecutor`,
+    ``"ray"`` -> :class:`RayExecutor` (the running or a new local cluster), or an :class:`Executor` as is."""
     if executor is None or executor == "local":
         return LocalExecutor()
     if executor == "ray":
         return RayExecutor()
+    if executor == "processes":
+        return ProcessExecutor()
     if isinstance(executor, Executor):
         return executor
     raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)} or pass an Executor "
                      "(e.g. crl_envs.valuation.RayExecutor('head-node:6379'))")
+
+
+def _unexpected(owner: str, unexpected: Mapping[str, Any], known: Sequence[str]) -> None:
+    """One-line TypeError for keyword arguments ``owner`` does not take, with the closest known one."""
+    if not unexpected:
+        return
+    name = next(iter(unexpected))
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise TypeError(f"{owner} got an unexpected argument {name!r}{hint}; its arguments are {', '.join(known)}")
+
+
+# ---------------------------------------------------------------------- agents shipped to workers
+def _ship(value: Any, put: Callable[[Any], Any], refs: dict[int, _ObjectAgent]) -> Any:
+    """``value`` with every Agent replaced by a :class:`_SpecAgent` or :class:`_ObjectAgent`."""
+    if isinstance(value, Agent):
+        spec = getattr(value, "spec", None)
+        if isinstance(spec, str):
+            return _SpecAgent(spec, value.fingerprint, value.name)
+        if id(value) not in refs:
+            refs[id(value)] = _ObjectAgent(put(value), value.fingerprint)
+        return refs[id(value)]
+    if isinstance(value, Mapping):
+        return {k: _ship(v, put, refs) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_ship(v, put, refs) for v in value)
+    return value
+
+
+def _portable_run(run: CoalitionRun, put: Callable[[Any], Any], refs: dict[int, _ObjectAgent]) -> CoalitionRun:
+    return replace(run, pool=_ship(list(run.pool.values()), put, refs), options=_ship(run.options, put, refs))
+
+
+def _play_shipped(payload: tuple[CoalitionRun, int]) -> np.ndarray:
+    """On a worker: rebuild the run's pool and options (reusing agents this process holds), play the mask."""
+    portable, mask = payload
+    if not isinstance(portable, CoalitionRun):  # a Ray object-store ref nested in the payload
+        import ray
+
+        portable = ray.get(portable)
+    run = replace(portable, pool=Pool(_resolve(portable.pool)), options=_resolve(portable.options))
+    return coalition_scores(run, mask)
+
+
+def _unpickled_call(blob: bytes) -> Any:
+    """In a worker process: ``fn(payload)`` from their cloudpickle (scripted agents hold lambdas)."""
+    fn, payload = cloudpickle.loads(blob)
+    return fn(payload)
+
+
+class ProcessExecutor(Executor):
+    """Runs on ``workers`` local processes (started with ``spawn``; default: the CPU count). Payloads
+    travel by cloudpickle, as on Ray.
+
+    Args:
+        workers: how many processes run at once.
+    """
+
+    def __init__(self, workers: int | None = None, **unexpected: Any):
+        _unexpected("ProcessExecutor", unexpected, ["workers"])
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"ProcessExecutor workers must be an int >= 1 (processes at once), got {workers!r}")
+        self.workers = workers or os.cpu_count() or 1
+
+    def start(self) -> None:
+        """Processes start with the first :meth:`map`."""
+
+    def map(self, fn, payloads, done, bar=None) -> None:
+        import concurrent.futures
+        import multiprocessing
+
+        if not payloads:
+            return
+        with concurrent.futures.ProcessPoolExecutor(max_workers=min(self.workers, len(payloads)),
+                                                    mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_unpickled_call, cloudpickle.dumps((fn, p))): i for i, p in enumerate(payloads)}
+            if bar is not None:
+                bar.set_postfix_str(f"{min(self.workers, len(payloads))} processes", refresh=True)
+            try:
+                for future in concurrent.futures.as_completed(futures):
+                    done(futures[future], future.result())
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+
+    def run(self, jobs, done, bar=None) -> None:
+        refs: dict[int, _ObjectAgent] = {}
+        specs: dict[int, CoalitionRun] = {}
+        for game, _ in jobs:
+            if id(game) not in specs:
+                specs[id(game)] = _portable_run(game.run_spec(), lambda agent: agent, refs)
+        self.map(_play_shipped, [(specs[id(game)], mask) for game, mask in jobs],
+                 lambda i, scores: done(jobs[i][0], jobs[i][1], scores), bar=bar)
+
+    def __repr__(self) -> str:
+        return f"ProcessExecutor(workers={self.workers})"
 
 
 # ---------------------------------------------------------------------- Ray
@@ -96,26 +227,57 @@ def import_ray():
     return ray
 
 
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9\-_.]*[A-Za-z0-9])?)$")
+ADDRESS_FORMS = "'host:port' of the head (default port 6379), 'ray://host:port' for Ray Client (10001), or 'auto'"
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``(host, port)`` of a Ray address, or one line saying what is malformed and which forms are valid."""
+    def malformed(why: str) -> ValueError:
+        return ValueError(f"malformed Ray address {address!r} ({why}): expected {ADDRESS_FORMS}")
+
+    target, default_port = (address[len("ray://"):], 10001) if address.startswith("ray://") else (address, 6379)
+    if "://" in target:
+        raise malformed(f"unknown scheme {target.split('://')[0]!r}; only ray:// is understood")
+    if target.startswith("[") and "]" in target:  # [ipv6]:port
+        host, _, rest = target.partition("]")
+        host, port = host + "]", rest[1:] if rest.startswith(":") else ""
+        if rest and not rest.startswith(":"):
+            raise malformed("text after the bracketed host")
+    else:
+        host, sep, port = target.rpartition(":") if ":" in target else (target, "", "")
+    if not host:
+        raise malformed("no host")
+    if not _HOST.match(host):
+        raise malformed(f"{host!r} is not a host name or IP address")
+    if port == "":
+        return host, default_port
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise malformed(f"port {port!r} is not a number in 1..65535")
+    return host, int(port)
+
+
 def check_reachable(address: str, timeout: float = 3.0) -> None:
-    """Fail fast, with one line, when nothing listens at a Ray address (``host:port`` of the head's GCS,
-    default port 6379, or ``ray://host:port`` of Ray Client, default 10001). Ray itself retries for
-    minutes before giving up."""
+    """Fail fast, with one line, when a Ray address is malformed, its host does not resolve, or nothing
+    listens there (``host:port`` of the head's GCS, default port 6379, or ``ray://host:port`` of Ray
+    Client, default 10001). Ray itself retries for minutes before giving up."""
     if address in ("auto", "local"):
         return
-    target, default_port = (address[len("ray://"):], 10001) if address.startswith("ray://") else (address, 6379)
-    host, _, port = target.rpartition(":") if ":" in target else (target, "", str(default_port))
+    host, port = parse_address(address)
+    fix = ("check the address (the head's 'host:6379', or 'ray://host:10001' for Ray Client) or start a cluster "
+           "with `ray start --head`")
     try:
-        port_number = int(port)
-    except ValueError:
-        raise ValueError(f"malformed Ray address {address!r}: expected 'host:port' or 'ray://host:port'") from None
+        socket.getaddrinfo(host.strip("[]"), port)
+    except OSError:
+        raise ConnectionError(f"cannot reach the Ray cluster at {address!r}: the host name {host!r} does not "
+                              f"resolve; {fix}") from None
     try:
-        socket.create_connection((host.strip("[]"), port_number), timeout=timeout).close()
+        socket.create_connection((host.strip("[]"), port), timeout=timeout).close()
     except OSError as e:
-        reason = e.strerror or type(e).__name__
-        raise ConnectionError(
-            f"cannot reach the Ray cluster at {address!r} ({reason}): check the address (the head's "
-            f"'host:6379', or 'ray://host:10001' for Ray Client) or start a cluster with `ray start --head`"
-        ) from None
+        reason = "timed out" if isinstance(e, TimeoutError) else "connection refused" \
+            if isinstance(e, ConnectionRefusedError) else "unreachable"
+        raise ConnectionError(f"cannot reach the Ray cluster at {address!r}: nothing answers on port {port} "
+                              f"({reason}); {fix}") from None
 
 
 @dataclass(frozen=True)
@@ -129,26 +291,11 @@ class _SpecAgent:
 
 @dataclass(frozen=True)
 class _ObjectAgent:
-    """An agent shipped as an object in Ray's object store (fetched once per worker process)."""
+    """An agent shipped as an object (a Ray object-store ref, or the agent itself for local processes),
+    fetched once per worker process."""
 
     ref: Any
     fingerprint: str
-
-
-def _portable(value: Any, ray: Any, refs: dict[int, _ObjectAgent]) -> Any:
-    """``value`` with every Agent replaced by a :class:`_SpecAgent` or :class:`_ObjectAgent`."""
-    if isinstance(value, Agent):
-        spec = getattr(value, "spec", None)
-        if isinstance(spec, str):
-            return _SpecAgent(spec, value.fingerprint, value.name)
-        if id(value) not in refs:
-            refs[id(value)] = _ObjectAgent(ray.put(value), value.fingerprint)
-        return refs[id(value)]
-    if isinstance(value, Mapping):
-        return {k: _portable(v, ray, refs) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_portable(v, ray, refs) for v in value)
-    return value
 
 
 #: Agents a worker process has built or fetched, by spec/fingerprint (a few at a time).
@@ -157,7 +304,7 @@ WORKER_AGENT_CACHE = 16
 
 
 def _resolve(value: Any) -> Any:
-    """On a worker: the inverse of :func:`_portable`, reusing agents this process already holds."""
+    """On a worker: the inverse of :func:`_ship`, reusing agents this process already holds."""
     if isinstance(value, (_SpecAgent, _ObjectAgent)):
         key = (value.spec if isinstance(value, _SpecAgent) else "object", value.fingerprint)
         agent = _WORKER_AGENTS.get(key)
@@ -170,11 +317,13 @@ def _resolve(value: Any) -> Any:
                     agent.name = value.name
                 if agent.fingerprint != value.fingerprint:
                     raise RuntimeError(
-                        f"agent {value.name!r} rebuilt on a Ray worker from {value.spec!r} differs from the driver's "
+                        f"agent {value.name!r} rebuilt on a worker from {value.spec!r} differs from the driver's "
                         f"(fingerprint {agent.fingerprint} != {value.fingerprint}): the driver's agent changed after "
                         f"it was built, or the worker sees other files; save it and pass its spec, or drop .spec to "
                         f"ship the object"
                     )
+            elif isinstance(value.ref, Agent):
+                agent = value.ref
             else:
                 import ray
 
@@ -191,22 +340,18 @@ def _resolve(value: Any) -> Any:
     return value
 
 
-def _play_on_worker(portable_run: Any, mask: int) -> np.ndarray:
-    """The Ray task: rebuild the run's pool and options on this worker, play coalition ``mask``."""
-    from crl_envs.valuation.game import coalition_scores
-
-    members = _resolve(portable_run.pool)
-    run = replace(portable_run, pool=Pool(members), options=_resolve(portable_run.options))
-    return coalition_scores(run, mask)
+def _call(fn: Callable[[Any], Any], payload: Any) -> Any:
+    """The Ray task: ``fn(payload)`` on a worker."""
+    return fn(payload)
 
 
 class RayExecutor(Executor):
-    """Each coalition's run is a Ray task; results come back to the driver, which caches them.
+    """Each run is a Ray task; results come back to the driver, which caches them.
 
     Args:
         address: the cluster (``"head:6379"``, ``"ray://head:10001"``, ``"auto"``); ``None`` uses the
             Ray session this process already has, else ``$RAY_ADDRESS``, else starts a local cluster.
-        num_cpus, num_gpus: resources per coalition task (GPUs for workers that load local models on a GPU).
+        num_cpus, num_gpus: resources per task (GPUs for workers that load local models on a GPU).
         max_retries: how often a task whose worker died is retried before the run fails.
         connect_timeout: seconds to wait for the address to answer before failing.
         init_options: extra keyword arguments of ``ray.init`` (e.g. ``runtime_env``) when this executor connects.
@@ -215,11 +360,17 @@ class RayExecutor(Executor):
     ``crl_envs`` and ``agents`` (installed on every node, or shipped with ``runtime_env``).
     """
 
+    ARGUMENTS = ("address", "num_cpus", "num_gpus", "max_retries", "connect_timeout", "init_options")
+
     def __init__(self, address: str | None = None, *, num_cpus: float = 1, num_gpus: float = 0,
-                 max_retries: int = 3, connect_timeout: float = 3.0, init_options: Mapping[str, Any] | None = None):
+                 max_retries: int = 3, connect_timeout: float = 3.0, init_options: Mapping[str, Any] | None = None,
+                 **unexpected: Any):
+        _unexpected("RayExecutor", unexpected, self.ARGUMENTS)
         if address is not None and (not isinstance(address, str) or not address.strip()):
             raise ValueError(f"RayExecutor address must be a string such as 'head:6379' or 'ray://head:10001', "
                              f"got {address!r}")
+        if address is not None and address not in ("auto", "local"):
+            parse_address(address)  # a malformed address fails here, before any connection attempt
         for label, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("connect_timeout", connect_timeout)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ValueError(f"RayExecutor {label} must be a number >= 0, got {v!r}")
@@ -231,7 +382,7 @@ class RayExecutor(Executor):
         self.max_retries, self.connect_timeout = max_retries, float(connect_timeout)
         self.init_options = dict(init_options or {})
         self._remote: Any = None
-        #: coalition tasks submitted by the last :meth:`run` (retries not counted)
+        #: tasks submitted by the last :meth:`run` / :meth:`map` (retries not counted)
         self.submitted = 0
 
     def start(self) -> None:
@@ -251,10 +402,10 @@ class RayExecutor(Executor):
                 options.setdefault("include_dashboard", False)
             ray.init(address=address, **options)
         if self._remote is None:
-            self._remote = ray.remote(_play_on_worker)
+            self._remote = ray.remote(_call)
 
     def slots(self) -> int:
-        """How many coalition tasks the cluster can run at once."""
+        """How many tasks the cluster can run at once."""
         ray = import_ray()
         resources = ray.cluster_resources()
         counts = []
@@ -268,39 +419,42 @@ class RayExecutor(Executor):
                                f"GPUs: no room for a task of num_cpus={self.num_cpus}, num_gpus={self.num_gpus}")
         return slots
 
-    def run(self, jobs: Sequence[tuple[CoalitionGame, int]], done: Done, bar: Any = None) -> None:
+    def map(self, fn, payloads, done, bar=None) -> None:
+        self.start()
+        ray = import_ray()
+        fn_ref = ray.put(fn)
+        task = self._remote.options(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_retries=self.max_retries,
+                                    retry_exceptions=False)
+        slots = self.slots()
+        queue = list(enumerate(payloads))
+        queue.reverse()  # pop() from the end submits in the given order
+        pending: dict[Any, int] = {}
+        self.submitted = 0
+        try:
+            while queue or pending:
+                while queue and len(pending) < slots:
+                    i, payload = queue.pop()
+                    pending[task.remote(fn_ref, payload)] = i
+                    self.submitted += 1
+                if bar is not None:
+                    bar.set_postfix_str(f"{len(pending)} in flight on {slots} slots", refresh=True)
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    done(pending.pop(ref), ray.get(ref))
+        finally:
+            for ref in pending:  # an error or an interrupt: stop what is still running
+                ray.cancel(ref, force=True)
+
+    def run(self, jobs, done, bar=None) -> None:
         self.start()
         ray = import_ray()
         refs: dict[int, _ObjectAgent] = {}
         payloads: dict[int, Any] = {}
         for game, _ in jobs:
             if id(game) not in payloads:
-                run = game.run_spec()
-                portable = replace(run, pool=_portable(list(run.pool.values()), ray, refs),
-                                   options=_portable(run.options, ray, refs))
-                payloads[id(game)] = ray.put(portable)
-        task = self._remote.options(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_retries=self.max_retries,
-                                    retry_exceptions=False)
-        slots = self.slots()
-        queue = list(jobs)
-        queue.reverse()  # pop() from the end submits in the given order
-        pending: dict[Any, tuple[CoalitionGame, int]] = {}
-        self.submitted = 0
-        try:
-            while queue or pending:
-                while queue and len(pending) < slots:
-                    game, mask = queue.pop()
-                    pending[task.remote(payloads[id(game)], mask)] = (game, mask)
-                    self.submitted += 1
-                if bar is not None:
-                    bar.set_postfix_str(f"{len(pending)} in flight on {slots} slots", refresh=True)
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                for ref in ready:
-                    game, mask = pending.pop(ref)
-                    done(game, mask, ray.get(ref))
-        finally:
-            for ref in pending:  # an error or an interrupt: stop what is still running
-                ray.cancel(ref, force=True)
+                payloads[id(game)] = ray.put(_portable_run(game.run_spec(), ray.put, refs))
+        self.map(_play_shipped, [(payloads[id(game)], mask) for game, mask in jobs],
+                 lambda i, scores: done(jobs[i][0], jobs[i][1], scores), bar=bar)
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in (("num_cpus", self.num_cpus), ("num_gpus", self.num_gpus))

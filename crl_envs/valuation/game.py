@@ -7,13 +7,17 @@ the agent and the phase), so coalitions are compared question by question (a pai
 
 Coalitions are bitmasks over the pool's order: bit ``i`` set means ``model_i`` takes part.
 
-Cache layout: ``<cache_dir>/<game key>/meta.json`` describes the game; ``<cache_dir>/<game key>/
-<mask>.json`` holds one coalition's per-question scores. The game key hashes everything that
-determines a result: protocol name and options, role agents (e.g. a judge) and the pool's agent
-fingerprints (an ``HFAgent``'s changes with its weights), the task's fingerprint and its examples,
-sampling settings, samples and seed. Each coalition's file is written atomically (temp file, fsync,
-``os.replace``) by the driver process as soon as its run ends, so a killed run loses at most the
-coalitions in flight and a second run recomputes nothing.
+Cache layout (version 2): ``<cache_dir>/<protocol>/<coalition key>.json`` holds one coalition's
+per-question scores. A coalition's key hashes what actually plays it: its **members'** ids, names and
+fingerprints (an ``HFAgent``'s changes with its weights), the protocol and its options, role agents
+(e.g. a judge), whatever the protocol derives from the rest of the pool for these members
+(:meth:`crl_envs.protocols.base.ProtocolEnv.coalition_context`, e.g. a ring topology's closing edge),
+the task's fingerprint and examples, the members' sampling settings, samples and seed. So a coalition
+is the same game in every pool that holds it: adding a model to a pool of ``n`` plays only the ``2^n``
+coalitions that contain it, and two pools that share members share their common coalitions. (Version 1
+keyed every coalition by the whole pool; its files are ignored and may be deleted.) Each file is
+written atomically (temp file, fsync, ``os.replace``) by the driver process as soon as its run ends,
+so a killed run loses at most the coalitions in flight and a second run recomputes nothing.
 
 Where runs execute is the game's ``executor``: :class:`~crl_envs.valuation.executors.LocalExecutor`
 (one after another, in this process; the default) or
@@ -23,13 +27,10 @@ coalition through the same :func:`coalition_scores`, so they give the same numbe
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,24 @@ from agents import Agent, Pool, SamplingParams
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
-from crl_envs.runner import DEFAULT_SAMPLING, ProtocolFactory, run_episodes
+from crl_envs.runner import ProtocolFactory
 from crl_envs.tasks import Task
+from crl_envs.valuation.coalition import (
+    CoalitionRun,
+    atomic_write_json,
+    canonical,
+    canonical_sampling,
+    coalition_scores,
+    digest,
+    members_of,
+)
+from crl_envs.valuation.cost import calls_per_episode
+from crl_envs.valuation.executors import Executor, resolve_executor
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 #: The protocol whose one-member coalition is "the model alone, answering the task once".
 INDIVIDUAL_PROTOCOL = "vote"
+INDIVIDUAL_PROTOCOL_NAME = "vote_v0"
 
 
 def default_cache_dir() -> Path:
@@ -60,11 +73,6 @@ def mask_of(members: Iterable[int]) -> int:
     for i in members:
         mask |= 1 << int(i)
     return mask
-
-
-def members_of(mask: int, n: int) -> list[int]:
-    """The member indices of a bitmask, in pool order."""
-    return [i for i in range(n) if mask >> i & 1]
 
 
 class CoalitionGame:
@@ -98,10 +106,8 @@ class CoalitionGame:
         options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike | None | bool = None,
         progress: bool = True,
-        executor: Any = "local",
+        executor: Executor | str = "local",
     ):
-        from crl_envs.valuation.executors import resolve_executor
-
         self.executor = resolve_executor(executor)
         self.factory = protocols.get(protocol)
         self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
@@ -121,34 +127,63 @@ class CoalitionGame:
         self.example_ids: list[str] = [e.id for e in self.task.examples]
         self.evaluations = 0
         self._memory: dict[int, np.ndarray] = {}
-        self.key = _digest(self.describe())
+        self._probe = probe
+        self._keys: dict[int, str] = {}
+        self._costs: dict[int, float] = {}
+        self.key = digest(self.describe())
         if cache_dir is False:
+            self.root: Path | None = None
             self.directory: Path | None = None
         else:
-            self.directory = Path(cache_dir) if cache_dir not in (None, True) else default_cache_dir()
-            self.directory = self.directory / self.key
+            self.root = Path(cache_dir) if cache_dir not in (None, True) else default_cache_dir()
+            self.directory = self.root / self.protocol_name
             self.directory.mkdir(parents=True, exist_ok=True)
-            meta = self.directory / "meta.json"
-            if not meta.exists():
-                _atomic_write_json(meta, {**self.describe(), "empty_value": self.empty_value})
 
     # ------------------------------------------------------------------ identity
     def describe(self) -> dict[str, Any]:
-        """Everything that determines a coalition's result (hashed into the cache key)."""
+        """Everything that determines the game (hashed into :attr:`key`): the whole pool and the rest."""
+        return {**self._common(), "pool": [[i, self.pool[i].name, self.pool[i].fingerprint] for i in self.pool.ids],
+                "sampling": canonical_sampling(self.sampling)}
+
+    def _common(self) -> dict[str, Any]:
         return {
             "version": CACHE_VERSION,
             "protocol": self.protocol_name,
             "protocol_factory": f"{getattr(self.factory, '__module__', '')}.{getattr(self.factory, '__qualname__', '')}",
-            "options": _canonical(self.options),
+            "options": canonical(self.options),
             "roles": {r: a.fingerprint for r, a in sorted(self._role_agents.items())},
-            "pool": [[i, self.pool[i].name, self.pool[i].fingerprint] for i in self.pool.ids],
             "task": self.task.fingerprint,
-            "examples": _digest([[e.id, e.question, e.answer] for e in self.task.examples]),
+            "examples": digest([[e.id, e.question, e.answer] for e in self.task.examples]),
             "n_examples": len(self.task),
-            "sampling": _canonical_sampling(self.sampling),
             "samples": self.samples,
             "seed": self.seed,
         }
+
+    def describe_coalition(self, mask: int) -> dict[str, Any]:
+        """Everything that determines coalition ``mask``'s result (hashed into :meth:`coalition_key`):
+        its members (not the rest of the pool), what the protocol derives from the pool for them, and
+        the game's protocol, options, roles, task, examples, members' sampling, samples and seed."""
+        members = [self.ids[i] for i in members_of(mask, self.n)]
+        return {**self._common(),
+                "members": [[a, self.pool[a].name, self.pool[a].fingerprint] for a in members],
+                "context": canonical(self._probe.coalition_context(members)),
+                "sampling": canonical_sampling(self.sampling, members + sorted(self._role_agents))}
+
+    def coalition_key(self, mask: int) -> str:
+        """The cache key of coalition ``mask``: the same in every pool whose coalition plays the same game."""
+        if mask not in self._keys:
+            self._keys[mask] = digest(self.describe_coalition(mask))
+        return self._keys[mask]
+
+    def cost(self, mask: int) -> float:
+        """Model calls per question of coalition ``mask`` (measured by scripted stand-ins, no model run)."""
+        if mask not in self._costs:
+            members = [self.ids[i] for i in members_of(mask, self.n)]
+            try:
+                self._costs[mask] = calls_per_episode(self.factory, self.pool.names, self.task, members, self.options)
+            except Exception:  # a protocol the stand-ins cannot play: count its members
+                self._costs[mask] = float(len(members))
+        return self._costs[mask]
 
     # ------------------------------------------------------------------ values
     def value(self, mask: int) -> np.ndarray:
@@ -176,7 +211,7 @@ class CoalitionGame:
 
     # ------------------------------------------------------------------ internals
     def _path(self, mask: int) -> Path | None:
-        return None if self.directory is None else self.directory / f"{mask}.json"
+        return None if self.directory is None else self.directory / f"{self.coalition_key(mask)}.json"
 
     def _lookup(self, mask: int) -> np.ndarray | None:
         if mask in self._memory:
@@ -188,7 +223,7 @@ class CoalitionGame:
             record = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):  # a torn file cannot exist (atomic writes); be safe anyway
             return None
-        if record.get("key") != self.key or record.get("example_ids") != self.example_ids:
+        if record.get("key") != self.coalition_key(mask) or record.get("example_ids") != self.example_ids:
             return None
         scores = np.asarray(record["scores"], dtype=float)
         self._memory[mask] = scores
@@ -220,45 +255,15 @@ class CoalitionGame:
         self.evaluations += 1
         path = self._path(mask)
         if path is not None:
-            _atomic_write_json(path, {
-                "key": self.key, "coalition": [self.ids[i] for i in members_of(mask, self.n)], "mask": mask,
-                "protocol": self.protocol_name, "empty_value": self.empty_value, "example_ids": self.example_ids,
-                "scores": scores.tolist(),
+            atomic_write_json(path, {
+                "key": self.coalition_key(mask), "version": CACHE_VERSION,
+                "coalition": [self.ids[i] for i in members_of(mask, self.n)],
+                "describe": self.describe_coalition(mask), "protocol": self.protocol_name,
+                "empty_value": self.empty_value, "example_ids": self.example_ids, "scores": scores.tolist(),
             })
 
     def __repr__(self) -> str:
         return f"CoalitionGame({self.protocol_name}, {self.pool!r}, {self.task!r}, key={self.key[:12]})"
-
-
-@dataclass
-class CoalitionRun:
-    """Everything a coalition's run depends on except the coalition: protocol factory, pool, task,
-    samples, seed, sampling, protocol options and the example ids the scores are ordered by."""
-
-    factory: ProtocolFactory
-    pool: Pool
-    task: Task
-    samples: int
-    seed: int
-    sampling: SamplingParams | Mapping[str, SamplingParams] | None
-    options: dict[str, Any]
-    example_ids: list[str]
-
-
-def coalition_scores(run: CoalitionRun, mask: int) -> np.ndarray:
-    """Play coalition ``mask`` through :func:`run_episodes`: per-question scores averaged over samples.
-    The one way a coalition is played, in this process or on a worker."""
-    ids = list(run.pool.ids)
-    coalition = [ids[i] for i in members_of(mask, len(ids))]
-    episodes = run_episodes(
-        run.factory, run.pool, run.task, coalition=coalition, samples=run.samples, seed=run.seed,
-        sampling=run.sampling, options=run.options, progress=False,
-    )
-    index = {eid: k for k, eid in enumerate(run.example_ids)}
-    totals = np.zeros(len(run.example_ids))
-    for ep in episodes:
-        totals[index[ep.example_id]] += ep.score
-    return totals / run.samples
 
 
 def play_coalitions(jobs: Sequence[tuple[CoalitionGame, Iterable[int]]]) -> list[tuple[CoalitionGame, int]]:
@@ -271,13 +276,53 @@ def play_coalitions(jobs: Sequence[tuple[CoalitionGame, Iterable[int]]]) -> list
     if not todo:
         return []
     game0 = todo[0][0]
-    names = list(dict.fromkeys(g.protocol_name for g, _ in todo))
-    bar = tqdm(total=len(todo), desc=f"{'+'.join(names)} coalitions", unit="coalition", disable=not game0.progress)
+    bar = _RunBar(todo, disable=not game0.progress)
     try:
-        game0.executor.run(todo, lambda game, mask, scores: (game.store(mask, scores), bar.update(1)), bar=bar)
+        game0.executor.run(todo, lambda game, mask, scores: (game.store(mask, scores), bar.finished(game, mask)),
+                           bar=bar)
     finally:
         bar.close()
     return todo
+
+
+class _RunBar:
+    """A progress bar over coalition runs, labelled by what they are (``debate_v0: 31 coalitions + 5
+    models alone``) and advanced by each run's cost in model calls (:meth:`CoalitionGame.cost`), so its
+    ETA holds when cheap one-model runs finish first. ``set_postfix_str`` keeps the run count in front
+    of an executor's status."""
+
+    def __init__(self, todo: Sequence[tuple[CoalitionGame, int]], disable: bool):
+        self.total = len(todo)
+        self.done = 0
+        alone = [(g, m) for g, m in todo if g.protocol_name == INDIVIDUAL_PROTOCOL_NAME and bin(m).count("1") == 1]
+        systems = [(g, m) for g, m in todo if (g, m) not in alone]
+        parts = []
+        if systems:
+            names = "+".join(dict.fromkeys(g.protocol_name for g, _ in systems))
+            parts.append(f"{names}: {len(systems)} coalition{'s' * (len(systems) != 1)}")
+        if alone:
+            parts.append(f"{len(alone)} model{'s' * (len(alone) != 1)} alone")
+        self.weight = {(id(g), m): g.cost(m) for g, m in todo} if not disable else {}
+        self.bar = tqdm(total=round(sum(self.weight.values()), 3) or self.total, desc=" + ".join(parts),
+                        disable=disable, bar_format="{desc}: {percentage:3.0f}%|{bar}| est. model calls{postfix} [{elapsed}<{remaining}]")
+        self.status = ""
+        self._show()
+
+    def _show(self) -> None:
+        self.bar.set_postfix_str(f"{self.done}/{self.total} runs" + (f", {self.status}" if self.status else ""),
+                                 refresh=True)
+
+    def finished(self, game: CoalitionGame, mask: int) -> None:
+        self.done += 1
+        self.bar.update(self.weight.get((id(game), mask), 1.0))
+        self._show()
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        self.status = text
+        self._show()
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def individual_game(game: CoalitionGame) -> CoalitionGame:
@@ -288,7 +333,7 @@ def individual_game(game: CoalitionGame) -> CoalitionGame:
     """
     return CoalitionGame(
         INDIVIDUAL_PROTOCOL, game.pool, game.task, samples=game.samples, seed=game.seed,
-        sampling=game.sampling, cache_dir=False if game.directory is None else game.directory.parent,
+        sampling=game.sampling, cache_dir=False if game.root is None else game.root,
         progress=game.progress, executor=game.executor,
     )
 
@@ -308,45 +353,3 @@ def _empty_value(env: Any, task: Task) -> float:
     return value
 
 
-def _canonical(obj: Any) -> Any:
-    """A JSON-able, order-independent form of options (agents by fingerprint, other objects by repr)."""
-    return json.loads(json.dumps(obj, sort_keys=True, default=_describe_object))
-
-
-def _describe_object(obj: Any) -> str:
-    return obj.fingerprint if isinstance(obj, Agent) else repr(obj)
-
-
-def _canonical_sampling(sampling: SamplingParams | Mapping[str, SamplingParams] | None) -> Any:
-    if sampling is None:
-        return asdict(DEFAULT_SAMPLING)
-    if isinstance(sampling, SamplingParams):
-        return asdict(sampling)
-    return {k: asdict(v) for k, v in sorted(sampling.items())}
-
-
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()[:32]
-
-
-def _atomic_write_json(path: Path, payload: Any) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass

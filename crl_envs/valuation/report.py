@@ -305,7 +305,12 @@ class ValuationReport:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> ValuationReport:
-        d = json.loads(Path(path).read_text())
+        """The report :meth:`to_json` wrote."""
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ValuationReport:
+        """The report :meth:`to_dict` described (CIs and correlations recomputed from the tables)."""
         ids = d["ids"]
 
         def measure(k: str) -> Measure | None:

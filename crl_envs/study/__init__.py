@@ -1,0 +1,163 @@
+"""A study: pools x protocols x tasks valued, and trainers compared, from one config; resumable, on one
+process, local worker processes or Ray, with the paper's statistics computed from the cells' results.
+
+    >>> from crl_envs import study                                                # doctest: +SKIP
+    >>> result = study.run("studies/paper-small.toml")                            # doctest: +SKIP
+    >>> result["valuation"]["summary"]["uncorrelated"], result["training"]["summary"]["crl_strongest"]  # doctest: +SKIP
+
+- :func:`load_config` — read and validate a config (one-line errors naming the key and the fix);
+- :func:`plan` — its cells with their fingerprints and cost, before anything runs (``--dry-run``);
+- :func:`run` — run what is not finished, then write ``study.json``, ``study.md`` and the plots.
+
+``study.json`` holds ``valuation.settings`` (one entry per pool x protocol x task x seed: ``pool``,
+``family``, ``protocol``, ``task``, per-model ``individual`` / ``loo`` / ``shapley``, ``kendall_tau``,
+``p_value``), ``valuation.summary`` (``uncorrelated``, ``settings``, ``alpha``, per-family counts under
+``families``), ``training.settings`` (one per setup x task: ``protocol``, ``task``, per-trainer ``delta``
+with ``ci``, ``winner``, ``significant``) and ``training.summary`` (``crl_strongest``, ``settings``,
+per-trainer ``mean_gain``, ``gain_ratio`` per baseline with ``ci``, ``max_gain``). Fractions, not points.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
+from crl_envs.study.plan import CELL_VERSION, Cell, cells, estimate
+from crl_envs.study.runner import environment, jsonable, load_result, run_cells
+from crl_envs.study.stats import training_tables, valuation_tables
+from crl_envs.study.tables import markdown, plots
+from crl_envs.valuation.coalition import atomic_write_json
+
+
+def plan(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: str | os.PathLike | None = None
+         ) -> list[Cell]:
+    """Every cell of the study, with its fingerprint and estimated cost; nothing runs."""
+    config = config if isinstance(config, StudyConfig) else load_config(config, out=out)
+    return estimate(config, cells(config))
+
+
+def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
+    """The ``--dry-run`` text: cells by kind (pending / done), coalition runs, episodes, model calls, tokens."""
+    rows = defaultdict(lambda: {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0})
+    for c in planned:
+        r = rows[c.kind]
+        r["cells"] += 1
+        if load_result(config.out, c) is not None:
+            r["done"] += 1
+            continue
+        for k in ("runs", "episodes", "calls", "tokens"):
+            r[k] += c.cost.get(k, 0.0)
+    lines = [f"study {config.name}: {len(planned)} cells, output in {config.out}",
+             "| cells | count | done | runs to play | episodes | model calls | generated tokens (at most) |",
+             "|---|---|---|---|---|---|---|"]
+    total = {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0}
+    for kind in ("valuation", "baseline", "training"):
+        if kind in rows:
+            r = rows[kind]
+            what = "coalition runs" if kind == "valuation" else "trainer fits"
+            lines.append(f"| {kind} | {r['cells']} | {r['done']} | {r['runs']:,.0f} {what} | {r['episodes']:,.0f} | "
+                         f"{r['calls']:,.0f} | {r['tokens']:,.0f} |")
+            for k in total:
+                total[k] += r[k]
+    lines.append(f"| all | {total['cells']} | {total['done']} | | {total['episodes']:,.0f} | {total['calls']:,.0f} | "
+                 f"{total['tokens']:,.0f} |")
+    lines.append("(valuation coalitions shared by several cells are counted once; tokens = calls x max_new_tokens)")
+    return "\n".join(lines)
+
+
+def run(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: str | os.PathLike | None = None,
+        progress: bool = True) -> dict[str, Any]:
+    """Run every unfinished cell, then compute and write the tables; returns ``study.json``'s content."""
+    config = config if isinstance(config, StudyConfig) else load_config(config, out=out)
+    planned = plan(config)
+    t0 = time.perf_counter()
+    before = sum(load_result(config.out, c) is not None for c in planned)
+    results = run_cells(config, planned, progress=progress)
+    wall = time.perf_counter() - t0
+    return write(config, planned, results, run_info={
+        "cells": len(planned), "cached": before, "executed": len(planned) - before, "wall_seconds": wall,
+        "executor": config.executor.kind, "environment": environment()})
+
+
+def report(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: str | os.PathLike | None = None
+           ) -> dict[str, Any]:
+    """Write the tables from the cells finished so far (run nothing): a look at a running or stopped
+    study. ``run.missing`` lists the cells not finished; the tables cover the finished ones only."""
+    config = config if isinstance(config, StudyConfig) else load_config(config, out=out)
+    planned = plan(config)
+    results = {c.id: r for c in planned if (r := load_result(config.out, c)) is not None}
+    finished = [c for c in planned if c.id in results]
+    # a training setting needs its baseline: leave out runs whose baseline has not finished
+    bases = {(c.spec["setup_label"], c.spec["task_label"]) for c in finished if c.kind == "baseline"}
+    finished = [c for c in finished if c.kind != "training" or (c.spec["setup_label"], c.spec["task_label"]) in bases]
+    return write(config, finished, results, run_info={
+        "cells": len(planned), "cached": len(finished), "executed": 0, "wall_seconds": 0.0,
+        "missing": [c.id for c in planned if c.id not in {f.id for f in finished}],
+        "executor": config.executor.kind, "environment": environment()})
+
+
+def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """The valuation and training tables from the cells' results."""
+    out: dict[str, Any] = {}
+    if config.valuation is not None and any(c.kind == "valuation" for c in planned):
+        vcells = []
+        for c in planned:
+            if c.kind == "valuation":
+                r = results[c.id]
+                vcells.append({"report": r["report"], "labels": {"pool": c.spec["pool_label"],
+                                                                 "protocol": c.spec["protocol_label"],
+                                                                 "task": c.spec["task_label"]}})
+        out["valuation"] = valuation_tables(vcells, alpha=config.valuation.alpha)
+    if config.training is not None and any(c.kind == "training" for c in planned):
+        baselines, runs = {}, defaultdict(lambda: defaultdict(dict))
+        for c in planned:
+            key = (c.spec.get("setup_label"), c.spec.get("task_label"))
+            if c.kind == "baseline":
+                baselines[key] = results[c.id]
+            elif c.kind == "training":
+                runs[key][c.spec["trainer"]][c.spec["seed"]] = results[c.id]
+        t = config.training
+        out["training"] = training_tables(baselines, runs, t.trainers, ci_level=t.ci_level,
+                                          resamples=t.bootstrap_resamples,
+                                          protocols={k: s.protocol for k, s in t.setups.items()})
+    return out
+
+
+def write(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[str, Any]],
+          run_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``study.json``, ``study.md`` and the plots into ``config.out``; return the JSON's content."""
+    study = {"name": config.name, "cell_version": CELL_VERSION, "config": jsonable(_config_dict(config)),
+             "config_source": jsonable(config.raw),
+             **jsonable(tables(config, planned, results)),
+             "cells": {c.id: {"fingerprint": c.fingerprint, "seconds": results[c.id].get("seconds"),
+                              "summary": results[c.id].get("summary")} for c in planned},
+             "run": jsonable(dict(run_info or {}))}
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "study.json", study)
+    (out / "study.md").write_text(markdown(study))
+    plots(study, out)
+    return json.loads(json.dumps(study))
+
+
+def _config_dict(config: StudyConfig) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    d = {"pools": {k: p.describe() for k, p in config.pools.items()},
+         "tasks": {k: t.describe() for k, t in config.tasks.items()},
+         "protocols": {k: p.describe() for k, p in config.protocols.items()},
+         "sampling": config.sampling, "executor": asdict(config.executor)}
+    if config.valuation is not None:
+        d["valuation"] = asdict(config.valuation)
+    if config.training is not None:
+        d["training"] = asdict(config.training)
+    return d
+
+
+__all__ = ["load_config", "StudyConfig", "StudyConfigError", "plan", "describe_plan", "run", "report", "tables", "write",
+           "Cell", "cells"]

@@ -1,0 +1,529 @@
+"""A study's config: pools, protocols, tasks, valuation, training, sampling, executor; validated before
+any work, each error one line naming the key and the fix.
+
+A config is a TOML file (``tomllib``) or the same structure as a dict. Every section but ``[pools]``,
+``[tasks]`` and one of ``[protocols]`` / ``[training]`` is optional:
+
+.. code-block:: toml
+
+    [study]
+    name = "paper-small"
+    out = "runs/paper-small"            # where cells, logs, study.json, study.md and plots go
+
+    [pools]                             # label = a named pool, or a list of members
+    zoo = "zoo"
+    specialists = ["zoo:zoo-nocarry", "zoo:zoo-noborrow", "zoo:zoo-small"]
+    scripted = [{expert = 0.8}, {expert = 0.6, name = "e6"}]    # ScriptedAgent.expert(name, accuracy, seed)
+
+    [tasks.arith]                       # label = a task: crl_envs.tasks.load(name, split, n, seed, **options)
+    name = "arith"
+    n = 100
+
+    [protocols.debate]                  # label = a protocol (default: the label) and its options
+    options = {rounds = 2}
+
+    [valuation]                         # one cell per pool x protocol x task x seed: valuation.evaluate
+    estimator = "exact"                 # or {exact_up_to = 6, larger = "loo"} (estimator per pool size)
+    seeds = [0]
+    alpha = 0.05
+
+    [training]                          # one cell per setup x task x trainer x seed: a trainer's fit()
+    pool = "zoo"
+    learner = "model_4"
+    trainers = ["crl", "grpo"]
+    tasks = ["arith"]
+    seeds = [0, 1]
+
+    [training.setups.judge-plurality]   # label = a protocol (a [protocols] label or a protocol name)
+    protocol = "judge"
+    options = {judge = "{learner}"}
+    steps = 48
+    learning_rate = 1e-3
+
+    [sampling]                          # the valuation's sampling (training evaluates greedily)
+    temperature = 0.0
+    max_new_tokens = 24
+
+    [executor]
+    kind = "local"                      # "processes" (workers = 2) or "ray" (address = "head:6379")
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+SECTIONS = ("study", "pools", "tasks", "protocols", "valuation", "training", "sampling", "executor")
+ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
+TRAINER_NAMES = ("crl", "grpo", "loo_reward", "shapley_credit")
+EXECUTOR_KINDS = ("local", "processes", "ray")
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+class StudyConfigError(ValueError):
+    """A config mistake: one line naming the key and the fix."""
+
+
+def _error(key: str, message: str) -> StudyConfigError:
+    return StudyConfigError(f"study config: {key}: {message}")
+
+
+def _unknown_keys(key: str, given: Mapping[str, Any], valid: Sequence[str]) -> None:
+    for k in given:
+        if k not in valid:
+            close = difflib.get_close_matches(str(k), valid, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            where = f"{key}.{k}" if key else str(k)
+            raise _error(where, f"unknown key{hint}; valid keys: {', '.join(valid)}")
+
+
+def _table(key: str, value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _error(key, f"must be a table (e.g. [{key}]), got {type(value).__name__} {value!r}")
+    return dict(value)
+
+
+def _int(key: str, value: Any, minimum: int | None = None, example: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        bound = "an integer" if minimum is None else f"an integer >= {minimum}"
+        raise _error(key, f"must be {bound}{f' (e.g. {example})' if example else ''}, got {value!r}")
+    return value
+
+
+def _number(key: str, value: Any, low: float | None = None, high: float | None = None, example: str = "") -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or (low is not None and value < low) or (high is not None and value > high):
+        bounds = f" in [{low:g}, {high:g}]" if low is not None and high is not None else \
+            f" >= {low:g}" if low is not None else ""
+        raise _error(key, f"must be a number{bounds}{f' (e.g. {example})' if example else ''}, got {value!r}")
+    return float(value)
+
+
+def _labels(key: str, value: Any, known: Mapping[str, Any], what: str) -> list[str]:
+    if value is None:
+        return list(known)
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        raise _error(key, f"must be a non-empty list of {what} labels, e.g. [{', '.join(repr(k) for k in list(known)[:2])}]")
+    for v in value:
+        if v not in known:
+            close = difflib.get_close_matches(str(v), list(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _error(key, f"unknown {what} {v!r}{hint}; defined {what}s: {', '.join(known) or 'none'}")
+    if len(set(value)) != len(value):
+        raise _error(key, f"lists a {what} twice: {list(value)}")
+    return list(value)
+
+
+def _seeds(key: str, value: Any) -> list[int]:
+    if isinstance(value, bool) or not isinstance(value, list) or not value:
+        raise _error(key, f"must be a non-empty list of integers, e.g. [0, 1, 2], got {value!r}")
+    return [_int(f"{key}[{i}]", s) for i, s in enumerate(value)]
+
+
+# ---------------------------------------------------------------------- the parts
+@dataclass(frozen=True)
+class PoolConfig:
+    """A pool: a named pool (``"zoo"``) or members (agent specs, or ``{expert = 0.8}`` scripted experts)."""
+
+    label: str
+    named: str | None
+    members: tuple[Any, ...]
+
+    def describe(self) -> Any:
+        """What the pool is, as data (fingerprinted into its cells)."""
+        return self.named if self.named is not None else [m if isinstance(m, str) else dict(sorted(m.items()))
+                                                          for m in self.members]
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    label: str
+    name: str
+    n: int | None
+    split: str | None
+    seed: int
+    options: dict[str, Any]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "n": self.n, "split": self.split, "seed": self.seed, "options": self.options}
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    label: str
+    protocol: str
+    options: dict[str, Any]
+
+    def describe(self) -> dict[str, Any]:
+        return {"protocol": self.protocol, "options": self.options}
+
+
+@dataclass(frozen=True)
+class ValuationConfig:
+    pools: list[str]
+    protocols: list[str]
+    tasks: list[str]
+    estimator: str | dict[str, Any]
+    samples: int
+    seeds: list[int]
+    budget: int | None
+    alpha: float
+    ci_level: float
+    bootstrap_resamples: int
+
+    def estimator_for(self, n: int) -> str:
+        """The estimator for a pool of ``n`` models."""
+        if isinstance(self.estimator, str):
+            return self.estimator
+        return "exact" if n <= self.estimator["exact_up_to"] else self.estimator["larger"]
+
+
+@dataclass(frozen=True)
+class SetupConfig:
+    label: str
+    protocol: str
+    options: dict[str, Any]
+    steps: int
+    learning_rate: float
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    pool: str
+    learner: str
+    setups: dict[str, SetupConfig]
+    tasks: list[str]
+    trainers: list[str]
+    seeds: list[int]
+    questions_per_step: int
+    num_generations: int
+    max_new_tokens: int
+    n_train: int
+    n_eval: int
+    train_split: str
+    eval_split: str
+    shapley_coalitions: int | None
+    lora: dict[str, Any] | None
+    bootstrap_resamples: int
+    ci_level: float
+    threads: int
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    kind: str
+    workers: int | None
+    address: str | None
+    num_cpus: float
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """A validated study config (see the module docstring for the format)."""
+
+    name: str
+    out: Path
+    pools: dict[str, PoolConfig]
+    tasks: dict[str, TaskConfig]
+    protocols: dict[str, ProtocolConfig]
+    valuation: ValuationConfig | None
+    training: TrainingConfig | None
+    sampling: dict[str, Any]
+    executor: ExecutorConfig
+    source: Path | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+# ---------------------------------------------------------------------- parsing
+def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.PathLike | None = None) -> StudyConfig:
+    """Read and validate a study config (a TOML path or a dict); ``out`` overrides ``[study] out``.
+
+    Example:
+        >>> cfg = load_config({"pools": {"p": [{"expert": 0.8}, {"expert": 0.5}]}, "tasks": {"arith": {"n": 5}},
+        ...                    "protocols": {"vote": {}}})
+        >>> [c for c in cfg.pools], cfg.valuation.estimator_for(2)
+        (['p'], 'exact')
+    """
+    source = None
+    if isinstance(config, (str, os.PathLike)):
+        source = Path(config)
+        if not source.is_file():
+            raise StudyConfigError(f"study config: no such file {str(source)!r}; pass the path of a .toml study "
+                                   f"config (e.g. studies/paper-small.toml)")
+        try:
+            raw = tomllib.loads(source.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise StudyConfigError(f"study config {source}: not valid TOML ({e}); fix the line it names") from None
+    elif isinstance(config, Mapping):
+        raw = dict(config)
+    else:
+        raise StudyConfigError(f"study config must be a path to a .toml file or a dict, got {type(config).__name__}")
+    _unknown_keys("", raw, SECTIONS)
+    study = _table("study", raw.get("study"))
+    _unknown_keys("study", study, ["name", "out"])
+    name = study.get("name", source.stem if source else "study")
+    if not isinstance(name, str) or not _LABEL.match(name):
+        raise _error("study.name", f"must be a short label of letters, digits, '-', '_' or '.', got {name!r}")
+    out_dir = Path(out) if out is not None else Path(study.get("out", f"runs/{name}"))
+    if source is not None and not out_dir.is_absolute() and out is None:
+        out_dir = Path.cwd() / out_dir
+
+    pools = {label: _pool(label, spec) for label, spec in _table("pools", raw.get("pools")).items()}
+    if not pools:
+        raise _error("pools", "define at least one pool, e.g. [pools] zoo = \"zoo\"")
+    tasks = {label: _task(label, spec) for label, spec in _table("tasks", raw.get("tasks")).items()}
+    if not tasks:
+        raise _error("tasks", "define at least one task, e.g. [tasks.arith] n = 100")
+    protocols = {label: _protocol(f"protocols.{label}", label, spec)
+                 for label, spec in _table("protocols", raw.get("protocols")).items()}
+    sampling = _sampling(_table("sampling", raw.get("sampling")))
+    valuation = None
+    if "valuation" in raw or ("training" not in raw and protocols):
+        valuation = _valuation(_table("valuation", raw.get("valuation")), pools, protocols, tasks)
+    training = _training(_table("training", raw["training"]), pools, protocols, tasks) if "training" in raw else None
+    if valuation is None and training is None:
+        raise _error("protocols", "nothing to run: define [protocols] (for valuation) or [training]")
+    return StudyConfig(name=name, out=out_dir, pools=pools, tasks=tasks, protocols=protocols, valuation=valuation,
+                       training=training, sampling=sampling, executor=_executor(_table("executor", raw.get("executor"))),
+                       source=source, raw=raw)
+
+
+def _pool(label: str, spec: Any) -> PoolConfig:
+    key = f"pools.{label}"
+    if not _LABEL.match(label):
+        raise _error(key, "a pool label is letters, digits, '-', '_' or '.'")
+    import importlib
+
+    pool_module = importlib.import_module("agents.pool")
+
+    if isinstance(spec, str):
+        if ":" in spec:
+            return PoolConfig(label, None, (_member(f"{key}", spec, pool_module),))
+        known = sorted({*pool_module._NAMED_POOLS, "zoo"})
+        if spec not in known:
+            close = difflib.get_close_matches(spec, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _error(key, f"unknown named pool {spec!r}{hint}; named pools: {', '.join(known)}, or give a list "
+                              f"of agent specs such as [\"zoo:zoo-small\", \"hf:path/to/model\"]")
+        return PoolConfig(label, spec, ())
+    if not isinstance(spec, list) or not spec:
+        raise _error(key, f"must be a named pool (\"zoo\") or a non-empty list of members, got {spec!r}")
+    members = tuple(_member(f"{key}[{i}]", m, pool_module) for i, m in enumerate(spec))
+    return PoolConfig(label, None, members)
+
+
+def _member(key: str, member: Any, pool_module: Any) -> Any:
+    if isinstance(member, str):
+        prefix, sep, rest = member.partition(":")
+        backends = sorted({*pool_module._BACKENDS, "zoo", "vllm", "openai", "hf"})
+        if not sep or not rest:
+            raise _error(key, f"malformed agent spec {member!r}; write '<backend>:<model>' with a backend of "
+                              f"{', '.join(backends)} (e.g. 'zoo:zoo-small', 'vllm:Qwen/Qwen2.5-7B-Instruct')")
+        if prefix not in backends:
+            close = difflib.get_close_matches(prefix, backends, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _error(key, f"unknown agent backend {prefix!r}{hint}; backends: {', '.join(backends)}")
+        return member
+    if isinstance(member, Mapping):
+        _unknown_keys(key, member, ["expert", "name", "seed"])
+        if "expert" not in member:
+            raise _error(key, "a scripted member needs expert = <accuracy in [0, 1]>, e.g. {expert = 0.8}")
+        _number(f"{key}.expert", member["expert"], 0.0, 1.0, "0.8")
+        if "seed" in member:
+            _int(f"{key}.seed", member["seed"])
+        if "name" in member and not isinstance(member["name"], str):
+            raise _error(f"{key}.name", f"must be a string, got {member['name']!r}")
+        return dict(member)
+    raise _error(key, f"a member is an agent spec string or {{expert = <accuracy>}}, got {member!r}")
+
+
+def _task(label: str, spec: Any) -> TaskConfig:
+    key = f"tasks.{label}"
+    spec = _table(key, spec)
+    _unknown_keys(key, spec, ["name", "n", "split", "seed", "options"])
+    from crl_envs import tasks as task_registry
+    from crl_envs.options import accepts_any_keyword, keyword_options
+
+    name = spec.get("name", label)
+    known = task_registry.names()
+    if name not in known:
+        close = difflib.get_close_matches(str(name), known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise _error(f"{key}.name", f"unknown task {name!r}{hint}; known tasks: {', '.join(known)}")
+    n = spec.get("n")
+    if n is not None:
+        _int(f"{key}.n", n, 1, "n = 100")
+    split = spec.get("split")
+    if split is not None and not isinstance(split, str):
+        raise _error(f"{key}.split", f"must be a split name such as \"test\", got {split!r}")
+    options = _table(f"{key}.options", spec.get("options"))
+    factory = task_registry._REGISTRY[name]
+    if options and not accepts_any_keyword(factory):
+        valid = [o for o in keyword_options(factory) if o not in ("split", "n", "seed")]
+        _unknown_keys(f"{key}.options", options, valid)
+    return TaskConfig(label, name, n, split, _int(f"{key}.seed", spec.get("seed", 0)), options)
+
+
+def _protocol(key: str, label: str, spec: Any) -> ProtocolConfig:
+    spec = _table(key, spec)
+    _unknown_keys(key, spec, ["protocol", "options"])
+    from crl_envs import protocols
+
+    name = spec.get("protocol", label)
+    if not isinstance(name, str) or name.removesuffix("_v0") not in protocols.PROTOCOLS:
+        known = list(protocols.PROTOCOLS)
+        close = difflib.get_close_matches(str(name), known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise _error(f"{key}.protocol", f"unknown protocol {name!r}{hint}; protocols: {', '.join(known)} "
+                                        f"(set protocol = \"...\" when the label is not a protocol name)")
+    options = _table(f"{key}.options", spec.get("options"))
+    try:
+        protocols.check_options(name, options)
+    except ValueError as e:
+        raise _error(f"{key}.options", str(e)) from None
+    return ProtocolConfig(label, name.removesuffix("_v0"), options)
+
+
+def _sampling(spec: dict[str, Any]) -> dict[str, Any]:
+    _unknown_keys("sampling", spec, ["temperature", "top_p", "max_new_tokens"])
+    out = {"temperature": _number("sampling.temperature", spec.get("temperature", 0.0), 0.0, 10.0, "0.0"),
+           "top_p": _number("sampling.top_p", spec.get("top_p", 1.0), 0.0, 1.0, "1.0")}
+    out["max_new_tokens"] = _int("sampling.max_new_tokens", spec.get("max_new_tokens", 256), 1, "24")
+    if out["top_p"] == 0.0:
+        raise _error("sampling.top_p", "must be > 0 (1.0 keeps every token)")
+    return out
+
+
+def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig:
+    valid = ["pools", "protocols", "tasks", "estimator", "samples", "seeds", "budget", "alpha", "ci_level",
+             "bootstrap_resamples"]
+    _unknown_keys("valuation", spec, valid)
+    if not protocols:
+        raise _error("protocols", "valuation needs at least one protocol, e.g. [protocols.vote]")
+    estimator = spec.get("estimator", "exact")
+    if isinstance(estimator, Mapping):
+        _unknown_keys("valuation.estimator", estimator, ["exact_up_to", "larger"])
+        estimator = {"exact_up_to": _int("valuation.estimator.exact_up_to", estimator.get("exact_up_to", 8), 1, "8"),
+                     "larger": estimator.get("larger", "loo")}
+        names = [estimator["larger"]]
+    else:
+        names = [estimator]
+    for e in names:
+        if e not in ESTIMATORS:
+            close = difflib.get_close_matches(str(e), ESTIMATORS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _error("valuation.estimator", f"unknown estimator {e!r}{hint}; choose one of {', '.join(ESTIMATORS)}")
+    budget = spec.get("budget")
+    sampled = any(e in ("permutation", "antithetic") for e in names)
+    if sampled and budget is None:
+        raise _error("valuation.budget", "the permutation/antithetic estimators need budget = <permutations>, e.g. 200")
+    if budget is not None:
+        if not sampled:
+            raise _error("valuation.budget", "only applies to estimator \"permutation\" or \"antithetic\"; remove it")
+        _int("valuation.budget", budget, 2, "200")
+    alpha = _number("valuation.alpha", spec.get("alpha", 0.05), 0.0, 1.0, "0.05")
+    if not 0 < alpha < 1:
+        raise _error("valuation.alpha", f"must lie strictly between 0 and 1 (e.g. 0.05), got {alpha!r}")
+    ci = _number("valuation.ci_level", spec.get("ci_level", 0.95), 0.0, 1.0, "0.95")
+    if not 0 < ci < 1:
+        raise _error("valuation.ci_level", f"must lie strictly between 0 and 1 (e.g. 0.95), got {ci!r}")
+    return ValuationConfig(
+        pools=_labels("valuation.pools", spec.get("pools"), pools, "pool"),
+        protocols=_labels("valuation.protocols", spec.get("protocols"), protocols, "protocol"),
+        tasks=_labels("valuation.tasks", spec.get("tasks"), tasks, "task"),
+        estimator=estimator, samples=_int("valuation.samples", spec.get("samples", 1), 1, "1"),
+        seeds=_seeds("valuation.seeds", spec.get("seeds", [0])), budget=budget, alpha=alpha, ci_level=ci,
+        bootstrap_resamples=_int("valuation.bootstrap_resamples", spec.get("bootstrap_resamples", 2000), 1, "2000"))
+
+
+def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
+    valid = ["pool", "learner", "setups", "tasks", "trainers", "seeds", "steps", "learning_rate", "questions_per_step",
+             "num_generations", "max_new_tokens", "n_train", "n_eval", "train_split", "eval_split",
+             "shapley_coalitions", "lora", "bootstrap_resamples", "ci_level", "threads"]
+    _unknown_keys("training", spec, valid)
+    pool = spec.get("pool")
+    if pool not in pools:
+        raise _error("training.pool", f"must name a pool of [pools] ({', '.join(pools)}), got {pool!r}")
+    learner = spec.get("learner", "model_0")
+    if not isinstance(learner, str) or not re.fullmatch(r"model_\d+", learner):
+        raise _error("training.learner", f"must be a pool agent id such as \"model_4\", got {learner!r}")
+    steps = _int("training.steps", spec.get("steps", 24), 1, "24")
+    lr = _number("training.learning_rate", spec.get("learning_rate", 5e-5), 0.0, 1.0, "1e-3")
+    setups_spec = _table("training.setups", spec.get("setups"))
+    if not setups_spec:
+        raise _error("training.setups", "define at least one setup, e.g. [training.setups.vote] (a protocol to train in)")
+    setups = {}
+    for label, s in setups_spec.items():
+        key = f"training.setups.{label}"
+        s = _table(key, s)
+        _unknown_keys(key, s, ["protocol", "options", "steps", "learning_rate"])
+        base = s.get("protocol", label)
+        if base in protocols and "options" not in s:
+            proto = protocols[base]
+        else:
+            proto = _protocol(key, label, {"protocol": protocols[base].protocol if base in protocols else base,
+                                           "options": s.get("options", {})})
+        setups[label] = SetupConfig(label, proto.protocol, proto.options,
+                                    _int(f"{key}.steps", s.get("steps", steps), 1, "24"),
+                                    _number(f"{key}.learning_rate", s.get("learning_rate", lr), 0.0, 1.0, "1e-3"))
+    trainer_names = spec.get("trainers", list(TRAINER_NAMES))
+    if isinstance(trainer_names, str) or not isinstance(trainer_names, list) or not trainer_names:
+        raise _error("training.trainers", f"must be a non-empty list of {', '.join(TRAINER_NAMES)}")
+    for t in trainer_names:
+        if t not in TRAINER_NAMES:
+            close = difflib.get_close_matches(str(t), TRAINER_NAMES, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _error("training.trainers", f"unknown trainer {t!r}{hint}; trainers: {', '.join(TRAINER_NAMES)}")
+    lora = spec.get("lora")
+    if lora is not None:
+        lora = _table("training.lora", lora)
+        _unknown_keys("training.lora", lora, ["r", "alpha", "dropout", "target_modules"])
+    sc = spec.get("shapley_coalitions", 2)
+    return TrainingConfig(
+        pool=pool, learner=learner, setups=setups,
+        tasks=_labels("training.tasks", spec.get("tasks"), tasks, "task"), trainers=list(trainer_names),
+        seeds=_seeds("training.seeds", spec.get("seeds", [0])),
+        questions_per_step=_int("training.questions_per_step", spec.get("questions_per_step", 8), 1, "8"),
+        num_generations=_int("training.num_generations", spec.get("num_generations", 8), 2, "8"),
+        max_new_tokens=_int("training.max_new_tokens", spec.get("max_new_tokens", 24), 1, "24"),
+        n_train=_int("training.n_train", spec.get("n_train", 1000), 1, "1000"),
+        n_eval=_int("training.n_eval", spec.get("n_eval", 200), 1, "200"),
+        train_split=str(spec.get("train_split", "train")), eval_split=str(spec.get("eval_split", "test")),
+        shapley_coalitions=None if sc is None else _int("training.shapley_coalitions", sc, 1, "2"),
+        lora=lora, bootstrap_resamples=_int("training.bootstrap_resamples", spec.get("bootstrap_resamples", 5000), 1),
+        ci_level=_number("training.ci_level", spec.get("ci_level", 0.95), 0.5, 0.999, "0.95"),
+        threads=_int("training.threads", spec.get("threads", 1), 1, "1"))
+
+
+def _executor(spec: dict[str, Any]) -> ExecutorConfig:
+    _unknown_keys("executor", spec, ["kind", "workers", "address", "num_cpus"])
+    kind = spec.get("kind", "local")
+    if kind not in EXECUTOR_KINDS:
+        close = difflib.get_close_matches(str(kind), EXECUTOR_KINDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise _error("executor.kind", f"unknown executor {kind!r}{hint}; choose one of {', '.join(EXECUTOR_KINDS)}")
+    workers = spec.get("workers")
+    if workers is not None:
+        _int("executor.workers", workers, 1, "2")
+    address = spec.get("address")
+    if address is not None:
+        if kind != "ray":
+            raise _error("executor.address", f"only applies to kind = \"ray\" (kind is {kind!r}); remove it")
+        from crl_envs.valuation.executors import parse_address
+
+        try:
+            if address not in ("auto", "local"):
+                parse_address(address)
+        except ValueError as e:
+            raise _error("executor.address", str(e)) from None
+    return ExecutorConfig(kind, workers, address, _number("executor.num_cpus", spec.get("num_cpus", 1), 0.01, None, "1"))

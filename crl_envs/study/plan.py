@@ -1,0 +1,191 @@
+"""A study's plan: its cells, each keyed by a fingerprint of everything that changes its result, and
+what they cost (episodes, model calls, an estimate of generated tokens) before anything runs.
+
+Cells:
+
+- ``valuation`` — one :func:`crl_envs.valuation.evaluate` call: a pool x protocol x task x seed;
+- ``baseline`` — the untrained learner's greedy evaluation in one training setup x task (every
+  trainer's Δ is measured from it);
+- ``training`` — one trainer's ``fit()`` with one seed in one setup x task, then its evaluation.
+
+A cell's payload is plain data (specs, options, sizes), so it runs the same in this process, in a
+worker process or on a Ray worker; its fingerprint hashes the payload with :data:`CELL_VERSION`.
+Two configs that share a cell share its result. Models are named by spec: a model whose weights
+change under the same spec is a new model only to the coalition cache below (keyed by agent
+fingerprints); rerun its cells with ``--fresh`` or bump ``CELL_VERSION``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from crl_envs.study.config import StudyConfig
+from crl_envs.valuation.coalition import digest
+
+CELL_VERSION = 1
+KINDS = ("valuation", "baseline", "training")
+#: Episodes per question and step, as a multiple of G, for each trainer (see trainers' README table).
+TRAINER_EPISODES = {"crl": 1.0, "grpo": 1.0, "loo_reward": 1.125, "shapley_credit": 2.0}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work: its ``kind``, a readable ``id``, its payload ``spec`` and ``fingerprint``."""
+
+    kind: str
+    id: str
+    spec: dict[str, Any]
+    fingerprint: str
+    cost: dict[str, float] = field(default_factory=dict, compare=False)
+
+
+def _cell(kind: str, cell_id: str, spec: dict[str, Any]) -> Cell:
+    return Cell(kind, cell_id, spec, digest({"version": CELL_VERSION, "kind": kind, **spec}))
+
+
+def _substitute(options: Mapping[str, Any], learner: str) -> dict[str, Any]:
+    return {k: v.format(learner=learner) if isinstance(v, str) else v for k, v in options.items()}
+
+
+def cells(config: StudyConfig) -> list[Cell]:
+    """Every cell of the study, valuation first, in a stable order."""
+    out: list[Cell] = []
+    v = config.valuation
+    if v is not None:
+        for pool in v.pools:
+            for proto in v.protocols:
+                for task in v.tasks:
+                    for seed in v.seeds:
+                        spec = {
+                            "pool": config.pools[pool].describe(), "pool_label": pool,
+                            "protocol": config.protocols[proto].describe(), "protocol_label": proto,
+                            "task": config.tasks[task].describe(), "task_label": task,
+                            "estimator": v.estimator, "samples": v.samples, "seed": seed, "budget": v.budget,
+                            "sampling": config.sampling, "ci_level": v.ci_level,
+                            "bootstrap_resamples": v.bootstrap_resamples,
+                        }
+                        out.append(_cell("valuation", f"valuation/{pool}/{proto}/{task}/seed{seed}", spec))
+    t = config.training
+    if t is not None:
+        for label, setup in t.setups.items():
+            for task in t.tasks:
+                common = {
+                    "pool": config.pools[t.pool].describe(), "pool_label": t.pool, "learner": t.learner,
+                    "setup_label": label, "protocol": setup.protocol,
+                    "options": _substitute(setup.options, t.learner),
+                    "task": config.tasks[task].describe(), "task_label": task,
+                    "train_split": t.train_split, "eval_split": t.eval_split, "n_train": t.n_train,
+                    "n_eval": t.n_eval, "max_new_tokens": t.max_new_tokens, "threads": t.threads,
+                }
+                out.append(_cell("baseline", f"baseline/{label}/{task}", common))
+                for trainer in t.trainers:
+                    for seed in t.seeds:
+                        spec = {**common, "trainer": trainer, "seed": seed, "steps": setup.steps,
+                                "learning_rate": setup.learning_rate, "questions_per_step": t.questions_per_step,
+                                "num_generations": t.num_generations,
+                                "shapley_coalitions": t.shapley_coalitions if trainer == "shapley_credit" else None,
+                                "lora": t.lora}
+                        out.append(_cell("training", f"training/{label}/{task}/{trainer}/seed{seed}", spec))
+    ids = [c.id for c in out]
+    assert len(ids) == len(set(ids)), "cell ids must be unique"
+    return out
+
+
+# ---------------------------------------------------------------------- cost
+def _pool_size(pool: Any) -> int:
+    if isinstance(pool, str):
+        if pool == "zoo":
+            import agents.zoo
+
+            return len(agents.zoo.NAMES)
+        import agents
+
+        return len(agents.pool(pool))
+    return len(pool)
+
+
+def _names(pool: Any) -> list[str]:
+    n = _pool_size(pool)
+    if isinstance(pool, list):
+        return [m if isinstance(m, str) else m.get("name", f"expert-{m['expert']}") for m in pool]
+    return [f"{pool}-{i}" for i in range(n)]
+
+
+def _calls(protocol: str, options: Mapping[str, Any], names: list[str], members: list[int]) -> float:
+    """Model calls per episode of a coalition, played by scripted stand-ins on one arith question
+    (a protocol's call count does not depend on the task)."""
+    from crl_envs import protocols, tasks
+    from crl_envs.valuation.cost import calls_per_episode
+
+    return calls_per_episode(protocols.get(protocol), names, tasks.load("arith", n=1),
+                             [f"model_{i}" for i in members], options)
+
+
+def _masks(estimator: str, n: int, budget: int | None, seed: int) -> list[int]:
+    from crl_envs.valuation.estimators import exact_masks, loo_masks, permutation_weights, sample_permutations
+
+    if estimator == "exact":
+        return [m for m in exact_masks(n) if m]
+    if estimator == "loo":
+        return loo_masks(n)
+    perms = sample_permutations(n, budget, seed=seed, antithetic=estimator == "antithetic")
+    return list(dict.fromkeys(loo_masks(n) + [m for m in permutation_weights(perms)[0] if m]))
+
+
+def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
+    """The cells with ``cost`` filled: ``runs`` (coalition runs, or trainer fits), ``episodes``, ``calls``
+    (model calls) and ``tokens`` (an upper bound on generated tokens: calls x max_new_tokens).
+    Valuation coalitions shared between cells (the same members at the same positions, protocol, task and
+    seed) are counted once, where they first appear, as the coalition cache will play them once."""
+    seen: set[str] = set()
+    calls_memo: dict[tuple, float] = {}
+    out = []
+    for cell in plan:
+        s = cell.spec
+        if cell.kind == "valuation":
+            names = _names(s["pool"])
+            n = len(names)
+            estimator = s["estimator"] if isinstance(s["estimator"], str) else \
+                ("exact" if n <= s["estimator"]["exact_up_to"] else s["estimator"]["larger"])
+            questions = s["task"]["n"] or 100
+            masks = _masks(estimator, n, s["budget"], s["seed"])
+            runs = episodes = calls = 0.0
+            common = [s["protocol"], s["task"], s["samples"], s["seed"], s["sampling"]]
+            jobs = [("protocol", m) for m in masks] + [("alone", 1 << i) for i in range(n)]
+            for what, m in jobs:
+                members = [i for i in range(n) if m >> i & 1]
+                pool_desc = s["pool"] if isinstance(s["pool"], str) else None
+                who = [[i, pool_desc or s["pool"][i]] for i in members]
+                played = {"protocol": "vote", "options": {}} if what == "alone" else s["protocol"]
+                key = digest([played, who, *common[1:]])  # vote's one-member coalitions are the models alone
+                if key in seen:
+                    continue
+                seen.add(key)
+                proto, opts = ("vote", {}) if what == "alone" else (s["protocol"]["protocol"], s["protocol"]["options"])
+                memo = (proto, digest(opts), n, m)
+                if memo not in calls_memo:
+                    calls_memo[memo] = _calls(proto, opts, names, members)
+                runs += 1
+                episodes += questions * s["samples"]
+                calls += calls_memo[memo] * questions * s["samples"]
+            tokens = calls * s["sampling"]["max_new_tokens"]
+        else:
+            names = _names(s["pool"])
+            per_episode = _calls(s["protocol"], s["options"], names, list(range(len(names))))
+            evals = s["n_eval"]
+            if cell.kind == "baseline":
+                runs, episodes, calls = 0.0, float(evals), per_episode * evals
+            else:
+                factor = TRAINER_EPISODES[s["trainer"]] * (s["shapley_coalitions"] or 1 if s["trainer"] ==
+                                                           "shapley_credit" else 1)
+                train_episodes = s["steps"] * s["questions_per_step"] * s["num_generations"] * factor
+                per_train = 1.0 if s["trainer"] == "grpo" else per_episode
+                runs = 1.0
+                episodes = train_episodes + evals
+                calls = train_episodes * per_train + per_episode * evals
+            tokens = calls * s["max_new_tokens"]
+        out.append(Cell(cell.kind, cell.id, cell.spec, cell.fingerprint,
+                        {"runs": runs, "episodes": episodes, "calls": calls, "tokens": tokens}))
+    return out

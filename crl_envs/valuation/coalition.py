@@ -1,0 +1,109 @@
+"""One coalition's run: what it needs (:class:`CoalitionRun`), how it is played
+(:func:`coalition_scores`, the one way, in this process or on a worker), and the JSON helpers its cache
+uses. Imported by :mod:`~crl_envs.valuation.game` and :mod:`~crl_envs.valuation.executors`; it imports
+neither, so the arrows run one way (game -> executors -> coalition)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents import Agent, Pool, SamplingParams
+from crl_envs.runner import DEFAULT_SAMPLING, ProtocolFactory, run_episodes
+from crl_envs.tasks import Task
+
+
+def members_of(mask: int, n: int) -> list[int]:
+    """The member indices of a bitmask, in pool order."""
+    return [i for i in range(n) if mask >> i & 1]
+
+
+@dataclass
+class CoalitionRun:
+    """Everything a coalition's run depends on except the coalition: protocol factory, pool, task,
+    samples, seed, sampling, protocol options and the example ids the scores are ordered by."""
+
+    factory: ProtocolFactory
+    pool: Pool
+    task: Task
+    samples: int
+    seed: int
+    sampling: SamplingParams | Mapping[str, SamplingParams] | None
+    options: dict[str, Any]
+    example_ids: list[str]
+
+
+def coalition_episodes(run: CoalitionRun, mask: int) -> list:
+    """Play coalition ``mask`` through :func:`run_episodes` and return its episodes."""
+    ids = list(run.pool.ids)
+    coalition = [ids[i] for i in members_of(mask, len(ids))]
+    return run_episodes(run.factory, run.pool, run.task, coalition=coalition, samples=run.samples, seed=run.seed,
+                        sampling=run.sampling, options=run.options, progress=False)
+
+
+def coalition_scores(run: CoalitionRun, mask: int) -> np.ndarray:
+    """Play coalition ``mask``: per-question scores averaged over samples, in ``run.example_ids`` order."""
+    index = {eid: k for k, eid in enumerate(run.example_ids)}
+    totals = np.zeros(len(run.example_ids))
+    for ep in coalition_episodes(run, mask):
+        totals[index[ep.example_id]] += ep.score
+    return totals / run.samples
+
+
+def canonical(obj: Any) -> Any:
+    """A JSON-able, order-independent form of options (agents by fingerprint, other objects by repr)."""
+    return json.loads(json.dumps(obj, sort_keys=True, default=_describe_object))
+
+
+def _describe_object(obj: Any) -> str:
+    return obj.fingerprint if isinstance(obj, Agent) else repr(obj)
+
+
+def canonical_sampling(sampling: SamplingParams | Mapping[str, SamplingParams] | None,
+                       agent_ids: list[str] | None = None) -> Any:
+    """Sampling settings as JSON; a per-agent mapping keeps only ``agent_ids`` (those that play)."""
+    if sampling is None:
+        return asdict(DEFAULT_SAMPLING)
+    if isinstance(sampling, SamplingParams):
+        return asdict(sampling)
+    return {k: asdict(v) for k, v in sorted(sampling.items()) if agent_ids is None or k in agent_ids}
+
+
+def digest(obj: Any) -> str:
+    """A 32-hex-digit sha256 of ``obj``'s canonical JSON."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()[:32]
+
+
+def atomic_write_json(path: Path, payload: Any) -> None:
+    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide results from the other users of a cache
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass

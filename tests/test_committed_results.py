@@ -1,0 +1,81 @@
+"""Every committed result file (``docs/*.json``) is reproduced: one cheap cell of each is re-run and must
+give the committed numbers bit for bit. A change that moves them re-measures them in the same commit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import agents.zoo  # registers the zoo pool
+from crl_envs import study, tasks
+from crl_envs.study.runner import run_cell
+from crl_envs.study.stats import valuation_tables
+from crl_envs.valuation.game import CoalitionGame
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+RESULTS = sorted(DOCS.glob("*.json"))
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_result_file_is_checked_here():
+    known = {"valuation_debate_zoo.json", "study.json"}
+    assert {p.name for p in RESULTS} <= known, f"a new docs/*.json needs a check here: {[p.name for p in RESULTS]}"
+    assert RESULTS
+
+
+def test_valuation_debate_zoo_individual_and_system_runs():
+    """README's main job (crl-envs value --protocol debate --task arith --pool zoo): each model alone, and v(N)."""
+    d = json.loads((DOCS / "valuation_debate_zoo.json").read_text())
+    task = tasks.load("arith", n=len(d["example_ids"]), seed=d["seed"])
+    assert [e.id for e in task.examples] == d["example_ids"]
+    pool = agents.pool("zoo")
+    assert pool.names == d["names"]
+    sampling = agents.SamplingParams(temperature=0.0, max_new_tokens=256)
+    torch.set_num_threads(1)
+    alone = CoalitionGame("vote", pool, task, sampling=sampling, seed=d["seed"], cache_dir=False, progress=False)
+    individual = np.stack([alone.value(1 << i) for i in range(len(pool))])
+    np.testing.assert_array_equal(individual, np.asarray(d["measures"]["individual"]["per_question"]))
+    debate = CoalitionGame("debate", pool, task, sampling=sampling, seed=d["seed"], cache_dir=False, progress=False)
+    np.testing.assert_array_equal(debate.value((1 << len(pool)) - 1), np.asarray(d["system"]))
+
+
+def _cheapest(planned, committed, kind):
+    cells = [c for c in planned if c.kind == kind]
+    return min(cells, key=lambda c: (committed["cells"][c.id]["seconds"], c.id))
+
+
+def test_study_cheapest_cells(tmp_path):
+    """docs/study.json (studies/paper-small.toml): the cheapest valuation cell, and the cheapest training
+    cell with its untrained baseline, re-run from the committed config."""
+    committed = json.loads((DOCS / "study.json").read_text())
+    config = study.load_config(committed["config_source"], out=tmp_path)
+    planned = study.plan(config)
+    assert {c.id: c.fingerprint for c in planned} == {k: v["fingerprint"] for k, v in committed["cells"].items()}
+
+    cell = _cheapest(planned, committed, "valuation")
+    result = run_cell({"cell": {"kind": cell.kind, "id": cell.id, "spec": cell.spec, "fingerprint": cell.fingerprint},
+                       "out": str(tmp_path)})
+    labels = {"pool": cell.spec["pool_label"], "protocol": cell.spec["protocol_label"], "task": cell.spec["task_label"]}
+    (fresh,) = valuation_tables([{"report": result["report"], "labels": labels}])["settings"]
+    (old,) = [s for s in committed["valuation"]["settings"]
+              if (s["pool"], s["protocol"], s["task"], s["seed"]) == (*labels.values(), cell.spec["seed"])]
+    for key in ("individual", "loo", "shapley", "kendall_tau", "p_value", "system"):
+        assert fresh[key] == old[key], key
+
+    train = _cheapest(planned, committed, "training")
+    (base,) = [c for c in planned if c.kind == "baseline" and c.spec["setup_label"] == train.spec["setup_label"]
+               and c.spec["task_label"] == train.spec["task_label"]]
+    out = {}
+    for c in (base, train):
+        out[c.kind] = run_cell({"cell": {"kind": c.kind, "id": c.id, "spec": c.spec, "fingerprint": c.fingerprint},
+                                "out": str(tmp_path)})
+    delta = float(np.mean(np.asarray(out["training"]["system"]) - np.asarray(out["baseline"]["system"])))
+    (setting,) = [s for s in committed["training"]["settings"]
+                  if (s["protocol"], s["task"]) == (train.spec["setup_label"], train.spec["task_label"])]
+    assert np.mean(out["baseline"]["system"]) == setting["before"]
+    assert delta == setting["delta"][train.spec["trainer"]]["per_seed"][setting["seeds"].index(train.spec["seed"])]

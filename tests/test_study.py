@@ -1,0 +1,353 @@
+"""The study layer: config validation before any work, a scripted study whose statistics the test
+recomputes on its own, resume after a SIGKILL mid-cell, reruns of exactly the changed cells, the same
+numbers on every executor, and the presets validated and dry-run."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import agents
+from crl_envs import run_episodes, study, tasks
+from crl_envs.study import StudyConfigError, load_config
+from crl_envs.study.stats import training_tables
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def scripted_config(out: Path, **changes) -> dict:
+    config = {
+        "study": {"name": "scripted", "out": str(out)},
+        "pools": {"four": [{"expert": 0.85}, {"expert": 0.6}, {"expert": 0.45}, {"expert": 0.7}],
+                  "three": [{"expert": 0.8, "seed": 1}, {"expert": 0.5, "seed": 1}, {"expert": 0.65, "seed": 1}]},
+        "tasks": {"arith": {"n": 60, "seed": 2}},
+        "protocols": {"vote": {}, "debate": {"options": {"rounds": 2}}, "cascade": {}},
+        "valuation": {"alpha": 0.05, "bootstrap_resamples": 200},
+    }
+    for key, value in changes.items():
+        config[key] = value
+    return config
+
+
+# ---------------------------------------------------------------------- validation
+BAD = [
+    ({"pools": {"p": "zooo"}}, r"pools\.p: unknown named pool 'zooo' \(did you mean 'zoo'\?\)"),
+    ({"pools": {"p": ["zo:zoo-small"]}}, r"pools\.p\[0\]: unknown agent backend 'zo' \(did you mean 'zoo'\?\)"),
+    ({"pools": {"p": [{"expert": 1.5}]}}, r"pools\.p\[0\]\.expert: must be a number in \[0, 1\]"),
+    ({"tasks": {"arith": {"n": 0}}}, r"tasks\.arith\.n: must be an integer >= 1"),
+    ({"tasks": {"arith": {"name": "arithm"}}}, r"tasks\.arith\.name: unknown task 'arithm' \(did you mean 'arith'\?\)"),
+    ({"tasks": {"arith": {"options": {"digit": 2}}}}, r"tasks\.arith\.options\.digit: unknown key \(did you mean 'digits'\?\)"),
+    ({"protocols": {"debate": {"options": {"round": 2}}}}, r"protocols\.debate\.options: .*did you mean 'rounds'"),
+    ({"protocols": {"debat": {}}}, r"protocols\.debat\.protocol: unknown protocol 'debat' \(did you mean 'debate'\?\)"),
+    ({"valuation": {"estimator": "exakt"}}, r"valuation\.estimator: unknown estimator 'exakt' \(did you mean 'exact'\?\)"),
+    ({"valuation": {"estimator": "permutation"}}, r"valuation\.budget: .*need budget = <permutations>"),
+    ({"valuation": {"pools": ["fuor"]}}, r"valuation\.pools: unknown pool 'fuor' \(did you mean 'four'\?\)"),
+    ({"valuation": {"alpha": 5}}, r"valuation\.alpha: must be a number in \[0, 1\]"),
+    ({"valuation": {"seed": [0]}}, r"valuation\.seed: unknown key \(did you mean 'seeds'\?\)"),
+    ({"executor": {"kind": "rey"}}, r"executor\.kind: unknown executor 'rey' \(did you mean 'ray'\?\)"),
+    ({"executor": {"kind": "ray", "address": "http://head:6379"}}, r"executor\.address: malformed Ray address"),
+    ({"training": {"pool": "four", "learner": "model_0", "trainers": ["crl", "gpro"], "setups": {"vote": {}}}},
+     r"training\.trainers: unknown trainer 'gpro' \(did you mean 'grpo'\?\)"),
+    ({"training": {"pool": "four", "learner": "rookie", "setups": {"vote": {}}}}, r"training\.learner: must be a pool agent id"),
+    ({"samplng": {}}, r"samplng: unknown key \(did you mean 'sampling'\?\)"),
+]
+
+
+@pytest.mark.parametrize("change, message", BAD, ids=[m.split(":")[0].replace("\\", "") for _, m in BAD])
+def test_bad_config_rejected_before_any_work(change, message, tmp_path):
+    config = scripted_config(tmp_path / "out")
+    for section, value in change.items():
+        if isinstance(value, dict) and isinstance(config.get(section), dict) and section != "pools":
+            config[section] = {**config[section], **value}
+        else:
+            config[section] = value
+    with pytest.raises(StudyConfigError, match=f"^study config: {message}") as e:
+        study.run(config, progress=False)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
+
+
+def test_cli_bad_config_is_one_line_exit_2(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[pools]\nzoo = "zooo"\n[tasks.arith]\n[protocols.vote]\n')
+    proc = subprocess.run([sys.executable, "-m", "crl_envs.cli", "study", str(path), "--dry-run"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "crl-envs study: error: study config: pools.zoo: unknown named pool 'zooo' (did you mean 'zoo'?); named pools: "
+        "pretrained, pretrained-llamacpp, zoo, or give a list of agent specs such as [\"zoo:zoo-small\", "
+        "\"hf:path/to/model\"]"]
+
+
+# ---------------------------------------------------------------------- a scripted study, checked independently
+def shapley_by_hand(protocol: str, pool, task, options: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Individual, LOO and exact Shapley means, from the runner and the textbook formulas."""
+    ids = pool.ids
+    n = len(ids)
+    v = {frozenset(): 0.0}
+    for k in range(1, n + 1):
+        for members in itertools.combinations(ids, k):
+            eps = run_episodes(protocol, pool, task, coalition=list(members), options=options, progress=False,
+                               sampling=agents.SamplingParams(temperature=0.0, max_new_tokens=256))
+            v[frozenset(members)] = float(np.mean([e.score for e in eps]))
+    alone = np.array([np.mean([e.score for e in run_episodes("vote", pool, task, coalition=[a], progress=False)])
+                      for a in ids])
+    full = frozenset(ids)
+    loo = np.array([v[full] - v[full - {a}] for a in ids])
+    shapley = np.zeros(n)
+    for i, a in enumerate(ids):
+        for k in range(n):
+            for s in itertools.combinations([b for b in ids if b != a], k):
+                w = math.factorial(k) * math.factorial(n - k - 1) / math.factorial(n)
+                shapley[i] += w * (v[frozenset(s) | {a}] - v[frozenset(s)])
+    return alone, loo, shapley
+
+
+def test_scripted_study_statistics_recomputed_independently(tmp_path):
+    config = load_config(scripted_config(tmp_path / "out"))
+    result = study.run(config, progress=False)
+    settings = result["valuation"]["settings"]
+    assert len(settings) == 2 * 3
+    families = {"vote": "aggregation", "debate": "text exchange", "cascade": "cascade"}
+    alpha = result["valuation"]["summary"]["alpha"]
+    uncorrelated, per_family = 0, {}
+    for s in settings:
+        assert s["family"] == families[s["protocol"]]
+        pool = agents.pool([agents.ScriptedAgent.expert(f"expert-{m['expert']}", m["expert"], seed=m.get("seed", 0))
+                            for m in config.pools[s["pool"]].members])
+        task = tasks.load("arith", n=60, seed=2)
+        alone, loo, shapley = shapley_by_hand(s["protocol"], pool, task, config.protocols[s["protocol"]].options)
+        names = pool.names
+        np.testing.assert_allclose([s["individual"][m] for m in names], alone, atol=1e-12)
+        np.testing.assert_allclose([s["loo"][m] for m in names], loo, atol=1e-12)
+        np.testing.assert_allclose([s["shapley"][m] for m in names], shapley, atol=1e-12)
+        assert len(set(alone)) == len(alone) and len(set(np.round(shapley, 12))) == len(shapley)  # no ties: scipy's exact p
+        tau = stats.kendalltau(alone, shapley, method="exact")
+        assert s["kendall_tau"] == pytest.approx(tau.statistic) and s["p_value"] == pytest.approx(tau.pvalue)
+        not_significant = tau.pvalue >= alpha
+        assert s["uncorrelated"] == not_significant
+        uncorrelated += not_significant
+        fam = per_family.setdefault(s["family"], [0, 0])
+        fam[0] += not_significant
+        fam[1] += 1
+        agree = stats.kendalltau(loo, shapley).statistic
+        if not math.isnan(agree):
+            assert s["loo_vs_shapley"]["kendall_tau"] == pytest.approx(agree)
+        assert s["loo_vs_shapley"]["mean_abs_error"] == pytest.approx(np.abs(loo - shapley).mean())
+    summary = result["valuation"]["summary"]
+    assert (summary["uncorrelated"], summary["settings"]) == (uncorrelated, 6)
+    assert {f: [c["uncorrelated"], c["settings"]] for f, c in summary["families"].items()} == per_family
+    on_disk = json.loads((tmp_path / "out" / "study.json").read_text())
+    assert on_disk["valuation"] == result["valuation"]
+    md = (tmp_path / "out" / "study.md").read_text()
+    assert f"in {uncorrelated} of 6 settings" in md
+    assert (tmp_path / "out" / "study_valuation_heatmap.png").stat().st_size > 10_000
+
+
+def test_rerun_is_free_and_a_changed_config_reruns_exactly_its_cells(tmp_path):
+    out = tmp_path / "out"
+    first = study.run(scripted_config(out), progress=False)
+    assert first["run"]["executed"] == 6
+    again = study.run(scripted_config(out), progress=False)
+    assert (again["run"]["executed"], again["run"]["cached"]) == (0, 6)
+    assert again["valuation"] == first["valuation"]
+    changed = scripted_config(out, protocols={"vote": {}, "debate": {"options": {"rounds": 3}}, "cascade": {}})
+    third = study.run(changed, progress=False)
+    assert third["run"]["executed"] == 2  # the two debate cells, nothing else
+    log = sorted(p.name for p in (out / "logs").glob("*debate*"))
+    assert log == ["valuation__four__debate__arith__seed0.log", "valuation__three__debate__arith__seed0.log"]
+    assert (out / "logs" / log[0]).read_text().count("start ") == 2  # rounds=2, then rounds=3
+    # --report: the tables of what has finished, the rest listed as missing
+    cell = next(c for c in study.plan(changed) if c.id == "valuation/three/cascade/arith/seed0")
+    (out / "cells" / f"{cell.fingerprint}.json").unlink()
+    partial = study.report(changed)
+    assert partial["run"]["missing"] == [cell.id] and len(partial["valuation"]["settings"]) == 5
+    assert "**Incomplete**: 1 of 6 cells" in (out / "study.md").read_text()
+
+
+def test_dry_run_counts_runs_calls_and_shared_coalitions(tmp_path):
+    config = load_config(scripted_config(tmp_path / "out", protocols={"vote": {}, "debate": {"options": {"rounds": 2}}}))
+    planned = {c.id: c for c in study.plan(config)}
+    # "four" first: vote 15 coalitions (its singles are the models alone); debate 15 + the same singles
+    four_vote = planned["valuation/four/vote/arith/seed0"].cost
+    four_debate = planned["valuation/four/debate/arith/seed0"].cost
+    assert (four_vote["runs"], four_debate["runs"]) == (15, 15)
+    # debate with 2 rounds: each member answers twice; sum over coalitions of 2|S| calls per question
+    assert four_debate["calls"] == 60 * sum(2 * bin(m).count("1") for m in range(1, 16))
+    assert four_debate["tokens"] == four_debate["calls"] * 256
+    text = study.describe_plan(config, list(planned.values()))
+    assert "| valuation | 4 | 0 | 44 coalition runs |" in text  # 15 + 15 + 7 + 7
+    assert not (tmp_path / "out").exists()
+
+
+def test_training_statistics_recomputed_independently():
+    rng = np.random.default_rng(4)
+    q, trainers_ = 40, ["crl", "grpo", "loo_reward"]
+    baselines, runs = {}, {}
+    lift = {("judge", "arith"): {"crl": 0.3, "grpo": 0.05, "loo_reward": 0.3},
+            ("vote", "arith"): {"crl": 0.1, "grpo": 0.05, "loo_reward": 0.15},
+            ("debate", "arith"): {"crl": 0.02, "grpo": -0.02, "loo_reward": 0.0}}
+    for key, by_trainer in lift.items():
+        before = (rng.random(q) < 0.5).astype(float)
+        baselines[key] = {"system": before.tolist()}
+        runs[key] = {t: {s: {"system": np.where(rng.random(q) < p, 1.0, before).tolist()} for s in (0, 1)}
+                     for t, p in by_trainer.items()}
+    out = training_tables(baselines, runs, trainers_, resamples=500)
+    deltas = {}
+    for st in out["settings"]:
+        key = (st["protocol"], st["task"])
+        before = np.asarray(baselines[key]["system"])
+        d = {t: np.mean([np.mean(np.asarray(runs[key][t][s]["system"]) - before) for s in (0, 1)]) for t in trainers_}
+        deltas[key] = d
+        for t in trainers_:
+            assert st["delta"][t]["value"] == pytest.approx(d[t])
+            lo, hi = st["delta"][t]["ci"]
+            assert lo <= d[t] <= hi
+        best = max(d.values())
+        assert st["winner"] == next(t for t in trainers_ if d[t] == best)
+    s = out["summary"]
+    assert s["settings"] == 3
+    assert s["crl_strongest"] == sum(all(d["crl"] >= d[t] for t in trainers_) for d in deltas.values())
+    mean = {t: np.mean([d[t] for d in deltas.values()]) for t in trainers_}
+    for t in trainers_:
+        assert s["mean_gain"][t] == pytest.approx(mean[t])
+    assert s["gain_ratio"]["grpo"]["value"] == pytest.approx(mean["crl"] / mean["grpo"])
+    assert s["gain_ratio"]["loo_reward"]["value"] == pytest.approx(mean["crl"] / mean["loo_reward"])
+    best = max((d[t], t, k) for k, d in deltas.items() for t in trainers_)
+    assert (s["max_gain"]["value"], s["max_gain"]["trainer"], s["max_gain"]["protocol"]) == \
+        (pytest.approx(best[0]), best[1], best[2][0])
+
+
+# ---------------------------------------------------------------------- resume after a kill mid-cell
+KILL_SCRIPT = textwrap.dedent('''
+    import os, sys, time
+    import agents
+    from agents import ScriptedAgent
+    from agents.pool import register_pool
+    from crl_envs import study
+
+    class Slow(ScriptedAgent):
+        """An expert that sleeps per batch when SLOW is set (its fingerprint does not depend on it)."""
+        def __init__(self, name, accuracy):
+            inner = ScriptedAgent.expert(name, accuracy)
+            super().__init__(name, lambda ex, msgs: "")
+            self.inner, self._fingerprint = inner, "slow-" + inner.fingerprint
+        def _generate(self, requests):
+            time.sleep(float(os.environ.get("SLOW", "0")))
+            return self.inner._generate(requests)
+
+    register_pool("slow", lambda: [Slow(f"s{a}", a) for a in (0.9, 0.7, 0.5, 0.3)])
+    CONFIG = {"pools": {"slow": "slow"}, "tasks": {"arith": {"n": 15, "seed": 4}},
+              "protocols": {"debate": {}}, "valuation": {"bootstrap_resamples": 100}}
+
+    if __name__ == "__main__":
+        study.run({**CONFIG, "study": {"name": "kill", "out": sys.argv[1]}}, progress=False)
+''')
+
+
+def test_resume_after_sigkill_mid_cell(tmp_path):
+    script = tmp_path / "kill_script.py"
+    script.write_text(KILL_SCRIPT)
+    out = tmp_path / "out"
+    env = {**os.environ, "SLOW": "0.15", "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+
+    def coalitions() -> list[Path]:
+        return list((out / "coalitions").glob("*/*.json"))
+
+    deadline = time.monotonic() + 180
+    while len(coalitions()) < 4 + 3 and time.monotonic() < deadline:  # 4 models alone, then >= 3 coalitions
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = len(coalitions())
+    assert 7 <= done < 4 + 15 and not list((out / "cells").glob("*.json")), "the kill must land mid-cell"
+
+    subprocess.run([sys.executable, str(script), str(out)], env={**env, "SLOW": "0"}, check=True, timeout=300)
+    (cell,) = (out / "cells").glob("*.json")
+    report = json.loads(cell.read_text())["report"]
+    assert report["system_evaluations"] + report["individual_evaluations"] == 4 + 15 - done  # only the rest
+    resumed = json.loads((out / "study.json").read_text())
+
+    clean = tmp_path / "clean"
+    subprocess.run([sys.executable, str(script), str(clean)], env={**env, "SLOW": "0"}, check=True, timeout=300)
+    uninterrupted = json.loads((clean / "study.json").read_text())
+    assert resumed["valuation"] == uninterrupted["valuation"]
+
+
+# ---------------------------------------------------------------------- executors
+TRAINING = {"pool": "zoo", "learner": "model_4", "trainers": ["crl", "grpo"], "seeds": [0], "questions_per_step": 2,
+            "num_generations": 2, "n_train": 16, "n_eval": 12, "max_new_tokens": 12,
+            "setups": {"vote": {"steps": 2, "learning_rate": 1e-3}}, "bootstrap_resamples": 200}
+
+
+def executor_config(out: Path, executor: dict) -> dict:
+    return scripted_config(out, executor=executor, pools={**scripted_config(out)["pools"], "zoo": "zoo"},
+                           valuation={"pools": ["four", "three"], "bootstrap_resamples": 200},
+                           tasks={"arith": {"n": 20, "seed": 2, "options": {"digits": 2, "operations": ["+", "-"]}}},
+                           training=TRAINING)
+
+
+@pytest.mark.slow
+def test_same_numbers_local_processes_and_ray(tmp_path):
+    """The same study (scripted valuation, zoo training) on each executor: identical tables."""
+    pytest.importorskip("ray")
+    import ray
+
+    local = study.run(executor_config(tmp_path / "local", {"kind": "local"}), progress=False)
+    processes = study.run(executor_config(tmp_path / "processes", {"kind": "processes", "workers": 2}), progress=False)
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = study.run(executor_config(tmp_path / "ray", {"kind": "ray"}), progress=False)
+    finally:
+        ray.shutdown()
+    for other in (processes, remote):
+        assert other["valuation"] == local["valuation"]
+        assert other["training"] == local["training"]
+    assert local["training"]["settings"][0]["delta"]["crl"]["per_seed"]  # a real training cell ran
+
+
+# ---------------------------------------------------------------------- presets
+@pytest.mark.parametrize("preset", ["paper-small", "paper"])
+def test_presets_validate_and_dry_run(preset, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "crl_envs.cli", "study", str(REPO / "studies" / f"{preset}.toml"),
+                           "--dry-run", "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"study {preset}:" in proc.stdout and "| training |" in proc.stdout and "| valuation |" in proc.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_protocol_declares_its_family_in_class_and_docstring():
+    import inspect
+    import re
+
+    from crl_envs import protocols
+
+    seen = set()
+    for name, factory in protocols.PROTOCOLS.items():
+        family = protocols.family(name)
+        assert family in protocols.FAMILIES
+        doc = inspect.getmodule(factory).__doc__
+        (stated,) = re.findall(r"^\| Family \| ([a-z ]+) \(MoCo's (?:API|text) level\) \|$", doc, re.M)
+        assert stated == family == protocols.env_class(factory).FAMILY, name
+        seen.add(family)
+    assert seen == set(protocols.FAMILIES)  # every family has a protocol
+    with pytest.raises(ValueError, match="declares no method family"):
+        protocols.family(lambda pool, task: None)
