@@ -291,6 +291,12 @@ class VLLMAgent(TokenizerPrompts, Agent):
         except (AttributeError, ImportError, ValueError):
             return False
 
+    def close(self) -> None:
+        """Shut the engine down now (its process and memory), for every agent that shares it."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+
     # ------------------------------------------------------------------ identity
     def _eos_ids(self) -> set[int]:
         try:
