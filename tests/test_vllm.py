@@ -182,8 +182,8 @@ def test_crl_with_vllm_rollouts_syncs_the_learners_weights_every_step(engine, hf
     from trainers.base import merged_weights
 
     train = crl_envs.tasks.load("arith", split="train", n=32, seed=1, digits=1)
-    config = CRLConfig(steps=1, questions_per_step=2, num_generations=4, temperature=1.0, learning_rate=2e-2,
-                       max_new_tokens=12, lora=LoraSettings(r=8, alpha=16, target_modules=["q_proj", "v_proj"]),
+    config = CRLConfig(steps=1, questions_per_step=4, num_generations=4, temperature=1.0, learning_rate=2e-2,
+                       max_new_tokens=32, lora=LoraSettings(r=8, alpha=16, target_modules=["q_proj", "v_proj"]),
                        progress=False)
     scripted = agents.ScriptedAgent.expert("expert", 0.5)
     trainer = CRLTrainer("vote", agents.pool([hf, scripted]), train, learner="model_0", config=config,
@@ -200,16 +200,18 @@ def test_crl_with_vllm_rollouts_syncs_the_learners_weights_every_step(engine, hf
 
     try:
         assert gap() < 1e-4  # the engine starts on the learner's weights
-        trainer.fit()
-        (first,) = trainer.history
-        assert first["weight_syncs"] == 0 and first["learner_tokens"] > 0
+        trainer.fit(1)
+        assert trainer.history[0]["weight_syncs"] == 0 and trainer.history[0]["learner_tokens"] > 0
+        while trainer.history[-1]["advantage_abs_mean"] == 0 and trainer.step < 4:  # a step that learns
+            trainer.fit(trainer.step + 1)
+        assert trainer.history[-1]["advantage_abs_mean"] > 0
+        assert trainer.history[-1]["weight_syncs"] == trainer.step - 1  # one sync before each later step
         drift = gap()
         assert drift > 1e-2, drift  # the HF learner moved, the engine has not yet
         fingerprint = engine.fingerprint
-        trainer.fit(2)  # the second step's rollouts start with a sync of the first step's weights
-        assert trainer.history[-1]["weight_syncs"] == 1 and engine.fingerprint != fingerprint
-        assert gap() > 1e-2  # the second step moved the learner again
-        assert trainer.sync_rollout_policy() and trainer.weight_syncs == 2
+        trainer.fit(trainer.step + 1)  # this step's rollouts start with a sync of the weights that moved
+        assert trainer.history[-1]["weight_syncs"] == trainer.step - 1 and engine.fingerprint != fingerprint
+        assert trainer.sync_rollout_policy() and trainer.weight_syncs == trainer.step
         assert gap() < 1e-4  # synced: the engine now scores the learner's tokens as the learner does
         assert not trainer.sync_rollout_policy()  # nothing changed since: no second load
         merged = merged_weights(trainer.policy.model)
