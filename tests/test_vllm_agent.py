@@ -53,3 +53,11 @@ def test_importing_the_library_does_not_import_vllm():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_pretrained_specs_name_the_vllm_backends_options_before_building_anything():
+    with pytest.raises(ValueError, match=r"\['batch_size'\].*not options of backend=vllm.*kv_cache_gib"):
+        agents.from_spec("pretrained:smollm2-135m-instruct?backend=vllm&batch_size=4")
+    with pytest.raises(ValueError, match="unknown pretrained backend 'vlm'.*'vllm'"):
+        agents.from_spec("pretrained:smollm2-135m-instruct?backend=vlm")
+    assert "vllm" in agents.pretrained.BACKENDS
