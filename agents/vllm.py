@@ -174,27 +174,13 @@ class VLLMAgent(TokenizerPrompts, Agent):
             # log-probs of the temperature-scaled distribution, as HFAgent reports them (vLLM's default is raw)
             kwargs["logprobs_mode"] = "processed_logprobs"
         kwargs.update(engine_kwargs or {})
-        self._attach(_engine(kwargs, share_engine, self._vllm))
-        if lora_path is not None:
-            self.set_lora(lora_path)
-
-    def _attach(self, engine: _Engine) -> None:
-        self.engine = engine
-        self.llm = engine.llm
+        self.engine = _engine(kwargs, share_engine, self._vllm)
+        self.llm = self.engine.llm
         self.tokenizer = self.llm.get_tokenizer()
         self.eos_ids = self._eos_ids()
         self.lora_request: Any | None = None
-
-    @classmethod
-    def wrap(cls, llm: Any, *, name: str, logprobs: bool = True) -> VLLMAgent:
-        """An agent on a ``vllm.LLM`` built elsewhere (TRL's colocated engine), rendering and cutting
-        answers as every VLLMAgent does; it builds no engine and shares none."""
-        agent = cls.__new__(cls)
-        agent._vllm = import_vllm()
-        agent.source = str(getattr(getattr(llm.llm_engine, "model_config", None), "model", name))
-        agent.name, agent.logprobs = name, logprobs
-        agent._attach(_Engine(llm))
-        return agent
+        if lora_path is not None:
+            self.set_lora(lora_path)
 
     @classmethod
     def from_spec(cls, target: str) -> VLLMAgent:

@@ -251,7 +251,6 @@ class CRLRollout:
         self.row_episode: list[int] = []
         self.rollouts = 0
         self._client = None
-        self._colocated = None  # a VLLMAgent on TRL's colocated engine (vllm_mode="colocate")
 
     # ------------------------------------------------------------------ what TRL needs
     def dataset(self):
@@ -382,16 +381,9 @@ class CRLRollout:
         like = self.pool[self.learner]
         if getattr(trainer, "use_vllm", False):
             generation = trainer.vllm_generation
-            if generation.mode == "colocate":  # TRL's engine in this process: TRL loads the weights before each call
-                if self._colocated is None or self._colocated.llm is not generation.llm:
-                    from agents.vllm import VLLMAgent
-
-                    self._colocated = VLLMAgent.wrap(generation.llm, name=like.name)
-                yield self._colocated
-                return
             if generation.mode != "server":
-                raise ValueError(f"CRLRollout with use_vllm supports vllm_mode='server' or 'colocate', got "
-                                 f"{generation.mode!r}")
+                raise ValueError("CRLRollout with use_vllm supports vllm_mode='server' (trl vllm-serve) only; "
+                                 "set vllm_mode='server', or use_vllm=False")
             if self._client is None:
                 client = getattr(generation, "vllm_client", None)
                 if client is None:  # only the main process holds TRL's client; generation requests need no communicator
