@@ -33,7 +33,7 @@ from trainers import CRLConfig, CRLTrainer, LoraSettings, compare
 def run(rollouts: str, args) -> dict:
     learner = pre.load([pre.SMOLLM2], num_threads=2)[0]
     partner = pre.load([pre.SMOLLM2], backend="vllm", name="partner")[0] if rollouts == "vllm" else learner
-    train = tasks.load("arith", split="train", n=256, seed=1, digits=1)
+    train = tasks.load("arith", split="train", n=64, seed=1, digits=1)
     held_out = tasks.load("arith", split="test", n=args.eval, seed=0, digits=1)
     config = CRLConfig(steps=args.steps, questions_per_step=4, num_generations=4, temperature=1.0,
                        learning_rate=5e-3, max_new_tokens=24, progress=False,
