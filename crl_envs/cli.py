@@ -40,8 +40,8 @@ def _add_play(p: argparse.ArgumentParser) -> None:
     add_task_arguments(p)
     p.add_argument("--pool", default="zoo", help="'zoo', 'scripted', 'pretrained', or comma-separated agent specs")
     p.add_argument("--backend", choices=PLAY_BACKENDS, default="auto",
-                   help="backend of --pool pretrained: hf, llamacpp, vllm; auto (default): "
-                        "the fastest installed for a play-sized run (see README 'Which CPU backend')")
+                   help="backend of --pool pretrained: hf, llamacpp, vllm; auto (default): vllm if installed, "
+                        "else llamacpp if installed, else hf (the fastest measured; README 'Which CPU backend')")
     p.add_argument("--n", type=int, default=3, help="number of questions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -68,13 +68,17 @@ def speaker_stops(n_agents: int) -> list[str]:
 
 
 def play_backend(choice: str) -> str:
-    """``--backend auto``: the fastest backend installed for a play-sized run of the pretrained pool on
-    CPU (``benchmarks/cpu_backends.py``): llama.cpp when llama-cpp-python is installed, else HFAgent."""
+    """``--backend auto``: the backend that played ``crl-envs play --pool pretrained --task arith --n 3``
+    fastest here (README "Which CPU backend to pick"): vLLM when it is installed, else llama.cpp when
+    llama-cpp-python is, else HFAgent."""
     if choice != "auto":
         return choice
     import importlib.util
 
-    return "llamacpp" if importlib.util.find_spec("llama_cpp") is not None else "hf"
+    for backend, module in (("vllm", "vllm"), ("llamacpp", "llama_cpp")):
+        if importlib.util.find_spec(module) is not None:
+            return backend
+    return "hf"
 
 
 def build_pool(spec: str):

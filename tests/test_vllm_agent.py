@@ -61,3 +61,20 @@ def test_pretrained_specs_name_the_vllm_backends_options_before_building_anythin
     with pytest.raises(ValueError, match="unknown pretrained backend 'vlm'.*'vllm'"):
         agents.from_spec("pretrained:smollm2-135m-instruct?backend=vlm")
     assert "vllm" in agents.pretrained.BACKENDS
+
+
+def test_play_stops_invented_speaker_turns_caps_answers_by_task_and_names_the_backend_rule(capsys):
+    import importlib.util
+
+    from agents import Request
+    from crl_envs.cli import PLAY_MAX_NEW_TOKENS, main, play_backend, speaker_stops
+
+    answer = agents.ScriptedAgent("base", lambda example, messages: "I think 7.\nAgent 2: no, it is 9, and so on")
+    pool = agents.pool([answer, answer])
+    sampling = SamplingParams(max_new_tokens=PLAY_MAX_NEW_TOKENS["arith"], stop=speaker_stops(len(pool)))
+    (gen,) = answer.generate([Request([{"role": "user", "content": "2+5?"}], sampling)])
+    assert gen.text == "I think 7." and sampling.max_new_tokens == 64
+    assert main(["play", "--pool", "scripted", "--backend", "vllm", "--n", "1"]) == 2
+    assert "--backend vllm applies to --pool pretrained only" in capsys.readouterr().err
+    expected = "vllm" if importlib.util.find_spec("vllm") else "llamacpp" if importlib.util.find_spec("llama_cpp") else "hf"
+    assert play_backend("auto") == expected and play_backend("hf") == "hf"
