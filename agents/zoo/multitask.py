@@ -229,29 +229,13 @@ class Sampler:
         return pairs
 
 
-def new_model(spec: Model3Spec, seed: int):
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from agents.tiny import char_tokenizer
-
-    tok = char_tokenizer()
-    torch.manual_seed(seed)
-    config = GPT2Config(
-        vocab_size=len(tok), n_positions=N_POSITIONS, n_embd=spec.n_embd, n_layer=spec.n_layer, n_head=spec.n_head,
-        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-    )
-    return GPT2LMHeadModel(config), tok
-
-
 def train(spec: Model3Spec, *, seed: int, tasks: dict[str, Any], records: list[Record], out_dir: Path,
           parent_dir: Path | None = None) -> dict[str, Any]:
     """Train one model (from ``parent_dir`` or from scratch) and save it with its ``training.json``."""
     import torch
     from transformers import GPT2LMHeadModel
 
-    from agents.zoo.build import _batch, _set_determinism
+    from agents.zoo.build import _batch, _set_determinism, new_model
 
     t0 = time.perf_counter()
     run_seed = seed + spec.seed_offset
