@@ -171,7 +171,11 @@ def test_pool_typo_suggests_a_named_pool(capsys):
     with pytest.raises(ValueError) as info:
         agents.pool("zooo")
     message = str(info.value)
-    assert "'zooo' (did you mean 'zoo'?)" in message and "named pools are pretrained, pretrained-llamacpp, zoo" in message
+    from agents.pool import _NAMED_POOLS
+
+    assert {"pretrained", "pretrained-llamacpp", "zoo"} <= set(_NAMED_POOLS)
+    assert "'zooo' (did you mean 'zoo'?)" in message
+    assert f"named pools are {', '.join(sorted(_NAMED_POOLS))};" in message
     code, _, err = run_cli(capsys, "play", "--pool", "zooo", "--quiet")
     assert code == 2
     assert "(did you mean 'zoo'?): named pools are" in one_line_error(err)
