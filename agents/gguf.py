@@ -63,12 +63,35 @@ def require_gguf() -> None:
         raise ImportError(f"reading GGUF checkpoints needs the 'gguf' package: {INSTALL}") from None
 
 
+#: Bumped when a conversion's output changes for the same file and transformers version (2: the GGUF's
+#: own add_bos/add_eos flags are applied to the tokenizer), so older cached conversions are not reused.
+CONVERSION_REVISION = 2
+
+
+def _tokenizer_from_gguf(path: Path) -> Any:
+    """``AutoTokenizer`` from the GGUF file, with the file's ``tokenizer.ggml.add_bos_token`` /
+    ``add_eos_token`` applied: transformers 5.19 (the version vLLM's CPU build pins) ignores them, so
+    gemma-3's tokenizer would lose the BOS its GGUF asks for."""
+    from gguf import GGUFReader
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    fields = GGUFReader(str(path)).fields
+    for flag in ("add_bos_token", "add_eos_token"):
+        field = fields.get(f"tokenizer.ggml.{flag}")
+        if field is not None and field.data:
+            wanted = bool(field.parts[field.data[0]][0])
+            if getattr(tokenizer, flag, None) != wanted:
+                setattr(tokenizer, flag, wanted)
+    return tokenizer
+
+
 def converted_dir(sha256: str) -> Path:
     """Where :func:`gguf_model_dir` keeps the conversion of the GGUF file with checksum ``sha256``
     (it may not exist yet): keyed by the file and by the transformers version that converts it."""
     import transformers
 
-    return cache_root() / "gguf" / f"{sha256}-transformers-{transformers.__version__}"
+    return cache_root() / "gguf" / f"{sha256}-transformers-{transformers.__version__}-r{CONVERSION_REVISION}"
 
 
 def gguf_model_dir(path: str | Path, *, sha256: str | None = None) -> Path:
@@ -113,13 +136,13 @@ def _publish(tmp: Path, target: Path, marker: str) -> None:
 def _convert(path: Path, out: Path) -> None:
     """Dequantise ``path`` with transformers and save a plain (not "quantized") float32 model."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
     progress = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        tokenizer = _tokenizer_from_gguf(path)
         loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
         config = loaded.config
         if hasattr(config, "quantization_config"):
@@ -153,7 +176,7 @@ def gguf_tokenizer(path: str | Path, sha256: str) -> Any:
         return AutoTokenizer.from_pretrained(saved)
     require_gguf()
     path = Path(path)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    tokenizer = _tokenizer_from_gguf(path)
     saved.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{sha256[:12]}-tok-", dir=saved.parent))
     try:
