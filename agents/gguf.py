@@ -6,7 +6,7 @@ backend: the backends import it, and :mod:`agents.pretrained` imports the backen
 
 - :func:`gguf_model_dir` dequantises a GGUF file to float32 once with transformers (the ``gguf``
   package) and saves a plain ``save_pretrained`` directory (model and tokenizer) in
-  ``$CRL_ENVS_CACHE/gguf/<sha256 of the file>-transformers-<version>/`` (default
+  ``$CRL_ENVS_CACHE/gguf/<sha256 of the file>-transformers-<version>-r<revision>/`` (default
   ``~/.cache/crl_envs``); later loads are an ordinary ``from_pretrained``, by HFAgent or vLLM.
   The model is rebuilt with ``from_config`` and ``load_state_dict`` before saving, because
   transformers 5.x marks GGUF-loaded models quantized and refuses ``save_pretrained``; the rebuilt
