@@ -84,10 +84,12 @@ def test_cli_bad_config_is_one_line_exit_2(tmp_path):
     path.write_text('[pools]\nzoo = "zooo"\n[tasks.arith]\n[protocols.vote]\n')
     proc = subprocess.run([sys.executable, "-m", "crl_envs.cli", "study", str(path), "--dry-run"], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    from agents.pool import _NAMED_POOLS
+
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "crl-envs study: error: study config: pools.zoo: unknown named pool 'zooo' (did you mean 'zoo'?); named pools: "
-        "pretrained, pretrained-llamacpp, zoo, or give a list of agent specs such as [\"zoo:zoo-small\", "
+        f"{', '.join(sorted(_NAMED_POOLS))}, or give a list of agent specs such as [\"zoo:zoo-small\", "
         "\"hf:path/to/model\"]"]
 
 
