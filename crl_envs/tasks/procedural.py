@@ -10,6 +10,7 @@ model cards report accuracy by.
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import random
 from collections import Counter
@@ -41,7 +42,7 @@ def check_split(name: str, split: str | None) -> str:
     return split
 
 
-class ProceduralTask(Task):
+class ProceduralTask(Task, abc.ABC):
     """A task whose examples a subclass draws with :meth:`draw`; see the module docstring.
 
     Subclasses set ``kinds`` (the question kinds :meth:`draw` returns), implement :meth:`draw` and
@@ -83,13 +84,13 @@ class ProceduralTask(Task):
                                     metadata={"kind": kind, **extra}))
         return examples
 
+    @abc.abstractmethod
     def draw(self, rng: random.Random, kind: str) -> Draw:
         """One random question of ``kind``: ``(question, answer, metadata)``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def wrong_answer(self, example: Example, h: int) -> str:
         """A plausible wrong answer to ``example`` (the slip a model makes), chosen by the integer ``h``."""
-        raise NotImplementedError
 
     def reply(self, example: Example) -> str:
         """The response a model trained on this task gives when it is right."""
