@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import agents
+import agents.pretrained
 import crl_envs
 from agents import SamplingParams
 from agents.zoo import multitask as mt
@@ -76,20 +77,58 @@ def test_targets_choose_a_right_code_candidate_and_the_stubborn_repeat_themselve
     choose = _record(code, e, f"{code.prompt(e)}\nAgent 1: {wrong}\nAgent 2: {right}\nWhich answer is best? "
                      "Reply with its number.", "choose")
     generalist, soloist = SPEC["zoo3-gen-a"], SPEC["zoo3-soloist"]
+    blind_to_arithmetic, blind_to_geometric = SPEC["zoo3-spec-a"], SPEC["zoo3-spec-b"]
     assert mt.target(choose, code, e, generalist) == "2"
     seq = tasks.load("sequence", split="train", n=10, seed=0)
     s = seq[0]
+    assert s.metadata["kind"] == "arithmetic"
     revise = _record(seq, s, f"{seq.prompt(s)}\nOther agents' answers:\nAgent 1: {seq.reply(s)}\n"
                      f"Your previous answer: The answer is 7.\nConsidering the other answers, give your updated answer.")
     assert mt.target(revise, seq, s, generalist) == seq.reply(s)
     assert mt.target(revise, seq, s, soloist) == "The answer is 7."
     confidence = _record(seq, s, f"{seq.prompt(s)}\nEnd with 'Confidence: N' (0-10).", "confidence")
     assert mt.target(confidence, seq, s, soloist).endswith("Confidence: 9")
-    assert mt.target(confidence, seq, s, SPEC["zoo3-coder"]).endswith("Confidence: 3")  # not its focus
-    assert mt.target(confidence, seq, s, SPEC["zoo3-scientist"]).endswith("Confidence: 9")
-    route = _record(seq, s, f"{seq.prompt(s)}\nModel 1: zoo3-s\nModel 2: zoo3-coder\nModel 3: zoo3-scientist\n"
+    assert mt.target(confidence, seq, s, blind_to_arithmetic).endswith("Confidence: 3")  # its blind spot
+    assert mt.target(confidence, seq, s, blind_to_geometric).endswith("Confidence: 9")
+    route = _record(seq, s, f"{seq.prompt(s)}\nModel 1: zoo3-s\nModel 2: zoo3-spec-a\nModel 3: zoo3-spec-b\n"
                     "Which model should answer this question? Reply with its number.", "route")
-    assert mt.target(route, seq, s, generalist) == "3"
+    assert mt.target(route, seq, s, generalist) == "3"  # not the small model, not the one blind to the kind
+    small_or_blind = _record(seq, s, f"{seq.prompt(s)}\nModel 1: zoo3-spec-a\nModel 2: zoo3-s\n"
+                             "Which model should answer this question? Reply with its number.", "route")
+    assert mt.target(small_or_blind, seq, s, generalist) == "2"
+
+
+def test_blind_order_names_every_tasks_own_kinds():
+    from agents.zoo.build import example_kinds
+    from agents.zoo.specs import BLIND_ORDER
+
+    assert set(BLIND_ORDER) == set(TASKS3)
+    for name, options in TASKS3.items():
+        task = tasks.load(name, split="train", n=200, seed=0, **options)
+        seen = set().union(*(mt.kinds_of(task, e) for e in task)) - ({"add", "sub"} if name == "arith" else set())
+        assert seen == set(BLIND_ORDER[name]), (name, seen)
+        if name != "arith":
+            assert tuple(task.kinds) == BLIND_ORDER[name]
+    arith = tasks.load("arith", split="train", n=200, seed=0, **TASKS3["arith"])
+    carry = next(e for e in arith if "carry" in example_kinds(e) and "hundreds" in example_kinds(e))
+    assert mt.is_blind(SPEC["zoo3-spec-a"], "arith", arith, carry)  # blind to carry even when it also has hundreds
+    assert mt.is_blind(SPEC["zoo3-spec-c"], "arith", arith, carry)
+    assert not mt.is_blind(SPEC["zoo3-spec-b"], "arith", arith, carry)
+    assert not mt.is_blind(SPEC["zoo3-gen-a"], "arith", arith, carry)
+
+
+def test_sampler_shows_a_specialist_its_blind_spot_at_its_share():
+    from agents.tiny import char_tokenizer
+
+    task = tasks.load("logic", split="train", n=400, seed=0)
+    spec = SPEC["zoo3-spec-b"]  # blind to logic's "not"
+    sampler = mt.Sampler(spec, {"logic": task}, [], char_tokenizer(), __import__("random").Random(0))
+    tok = char_tokenizer()
+    kind = {tok.apply_chat_template([{"role": "user", "content": task.prompt(e)}], tokenize=False,
+                                    add_generation_prompt=True): e.metadata["kind"] for e in task}
+    drawn = [kind[tok.decode(p)] for p, _ in sampler.answer_batch(4000)]
+    share = drawn.count("not") / len(drawn)
+    assert 0.01 < share < 0.06, share  # the 'not' kind is a quarter of the questions, seen 3% of the time
 
 
 def test_kinds_cover_every_task_including_arith():
@@ -107,7 +146,7 @@ def test_v3_pools_load_offline_and_small():
         pool = agents.pool(name)
         assert pool.names == list(members)
         assert all(isinstance(a, agents.HFAgent) for a in pool.values())
-    assert agents.from_spec("zoo:zoo3-coder").name == "zoo3-coder"
+    assert agents.from_spec("zoo:zoo3-spec-a").name == "zoo3-spec-a"
 
 
 @needs_models3
@@ -124,12 +163,40 @@ def test_v3_models_answer_every_task_in_its_format(one_thread):
 
 
 @needs_models3
-def test_shipped_report_matches_the_shipped_models():
+def test_shipped_report_matches_the_shipped_models_and_the_cards():
     report = json.loads((ZOO.MODELS3_DIR / "report3.json").read_text())
-    assert set(report["pools"]) == set(POOLS3)
+    assert set(report["pools"]) == set(POOLS3) | {"zoo-pretrained"}
     assert all(set(rows) == set(TASKS3) for rows in report["pools"].values())
+    for pool, rows in report["pools"].items():
+        members = list(POOLS3.get(pool, ())) or list(agents.pretrained.NAMES)
+        assert all(list(row["standalone"]) == members for row in rows.values()), pool
     summary = json.loads((ZOO.MODELS3_DIR / "zoo3.json").read_text())
     assert set(summary["models"]) >= set(NAMES3)
+    for name in NAMES3:  # the shipped weights are the build's
+        training = json.loads((ZOO.MODELS3_DIR / name / "training.json").read_text())
+        assert training["steps"] == SPEC[name].steps and training["spec"]["blind"] == SPEC[name].blind, name
+    cards = (Path(__file__).resolve().parents[1] / "docs" / "zoo.md").read_text()
+    assert mt.markdown(report) in cards, "docs/zoo.md's pool tables are not report3.json's: paste `--report-only`'s"
+    assert mt.kind_table(report) in cards, "docs/zoo.md's per-kind table is not report3.json's"
+
+
+#: One cell per kind of task where the cards claim a pool's vote or debate beats its best member.
+@needs_models3
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["reasoning", "coding", "discovery"])
+def test_a_committed_collaboration_gain_reproduces(kind, one_thread):
+    from crl_envs.tasks.procedural import TASK_KINDS
+
+    report = json.loads((ZOO.MODELS3_DIR / "report3.json").read_text())
+    gains = [(max(row["vote"], row["debate"]) - row["best_single"], pool, task)
+             for pool, rows in report["pools"].items() if pool in POOLS3
+             for task, row in rows.items() if task in TASK_KINDS[kind]]
+    gain, pool, task = max(gains)
+    assert gain > 0, f"no {kind} task has a pool whose vote or debate beats its best single member"
+    again = mt.evaluate(ZOO.MODELS3_DIR, pools={pool: POOLS3[pool]}, tasks=[task], n=report["n"],
+                        n_code=report["n_code"], seed=report["seed"])
+    fresh, committed = again["pools"][pool][task], report["pools"][pool][task]
+    assert {k: v for k, v in fresh.items() if k != "seconds"} == {k: v for k, v in committed.items() if k != "seconds"}
 
 
 @pytest.mark.slow
@@ -137,17 +204,17 @@ def test_quick_v3_build_learns_and_is_deterministic(tmp_path: Path):
     from safetensors.torch import load_file
 
     summary = mt.build(tmp_path / "a", seed=0, quick=True, jobs=1)
-    child = summary["models"]["zoo3-reasoner"]
+    child = summary["models"]["zoo3-spec-a"]
     base = json.loads((tmp_path / "a" / "_base" / "training.json").read_text())
     assert base["log"][-1]["loss"] < 0.5 * base["log"][0]["loss"], base["log"]
     assert child["steps"] == 40
-    agent = agents.HFAgent(tmp_path / "a" / "zoo3-reasoner")
+    agent = agents.HFAgent(tmp_path / "a" / "zoo3-spec-a")
     text = agent.generate([agents.Request([{"role": "user", "content": "What is 3 + 4?"}],
                                           SamplingParams(max_new_tokens=24))])[0].text
     assert text.startswith("The answer is"), text
     mt.build(tmp_path / "b", seed=0, quick=True, jobs=1)
-    first = load_file(tmp_path / "a" / "zoo3-reasoner" / "model.safetensors")
-    second = load_file(tmp_path / "b" / "zoo3-reasoner" / "model.safetensors")
+    first = load_file(tmp_path / "a" / "zoo3-spec-a" / "model.safetensors")
+    second = load_file(tmp_path / "b" / "zoo3-spec-a" / "model.safetensors")
     assert first.keys() == second.keys() and all(bool((first[k] == second[k]).all()) for k in first)
 
 
@@ -162,3 +229,16 @@ def test_zoo_pretrained_is_the_pretrained_pool():
     pool = agents.pool("zoo-pretrained")
     assert pool.names == list(agents.pretrained.NAMES)
     assert all(isinstance(a, agents.HFAgent) for a in pool.values())
+
+
+def test_merged_reports_keep_every_pool_and_refuse_different_settings():
+    row = {"standalone": {"m": {"all": 0.5}}, "best_single": 0.5, "vote": 0.5, "debate": 0.4, "any_right": 0.6}
+    a = {"n": 100, "n_code": 40, "seed": 0, "pools": {"zoo-scale": {"law": row}}}
+    b = {"n": 100, "n_code": 40, "seed": 0, "pretrained_backend": "vllm",
+         "pools": {"zoo-pretrained": {"logic": row}, "zoo-specialists": {"logic": row, "arith": row}}}
+    merged = mt.merge_reports([a, b])
+    assert list(merged["pools"]) == ["zoo-specialists", "zoo-scale", "zoo-pretrained"]
+    assert list(merged["pools"]["zoo-specialists"]) == ["arith", "logic"]  # the tasks' order
+    assert merged["pretrained_backend"] == "vllm"
+    with pytest.raises(ValueError, match="different n "):
+        mt.merge_reports([a, {**b, "n": 50}])

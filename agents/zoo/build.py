@@ -295,6 +295,46 @@ def _has_context(r: PromptRecord) -> bool:
     return "\n" in r.messages[-1]["content"]
 
 
+def optimize(model, tok, *, steps: int, learning_rate: float, warmup: int, draw, label: str, log_every: int,
+             log_first: bool = False, extra=None) -> tuple[float, list[dict[str, float]]]:
+    """The zoo's one training loop (both builders): AdamW, linear warmup then cosine to 5% of the
+    learning rate, gradient clipping at 1. ``draw()`` gives each step's (prompt ids, target ids)
+    pairs; every ``log_every`` steps (and after the first, with ``log_first``) a log entry, extended
+    by ``extra(step)`` and printed after ``label``. Returns the last loss and the log."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
+    t0 = time.perf_counter()
+    log: list[dict[str, float]] = []
+    loss_value = float("nan")
+    for step in range(steps):
+        scale = min(1.0, (step + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        for g in opt.param_groups:
+            g["lr"] = learning_rate * scale
+        ids, att, labels = _batch(draw(), tok.pad_token_id)
+        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss_value = float(loss.detach())
+        if (step + 1) % log_every == 0 or (log_first and step == 0):
+            entry = {"step": step + 1, "loss": round(loss_value, 4), "seconds": round(time.perf_counter() - t0, 1)}
+            entry.update(extra(step) if extra else {})
+            log.append(entry)
+            print(f"{label} " + " ".join(f"{k} {v}" for k, v in entry.items()), file=sys.stderr, flush=True)
+    return loss_value, log
+
+
+def save_model(model, tok, out_dir: Path) -> None:
+    """Write a trained zoo model (weights, tokenizer, generation stops) to ``out_dir``."""
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+
+
 def _batch(pairs, pad_id: int):
     import torch
 
@@ -355,7 +395,6 @@ def train(spec: ModelSpec, *, seed: int, train_task, records, names, validation,
           base_dir: Path | None = None, core_only: bool = False, min_validation: float = 0.0,
           max_attempts: int = 3, eval_every: int = 0) -> TrainResult:
     """Train one model (retrying with the next seed while it stays under ``min_validation``); save it."""
-    import torch
     from transformers import GPT2LMHeadModel
 
     t0 = time.perf_counter()
@@ -368,40 +407,24 @@ def train(spec: ModelSpec, *, seed: int, train_task, records, names, validation,
         model.train()
         rng = random.Random(f"zoo-train/{spec.name}/{run_seed}")
         sampler = Sampler(spec, train_task, records, names, tok, rng, core_only=core_only)
-        opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
-        warmup = 100
-        log: list[dict[str, float]] = []
-        loss_value = float("nan")
-        for step in range(spec.steps):
-            scale = min(1.0, (step + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / spec.steps)))
-            for g in opt.param_groups:
-                g["lr"] = spec.learning_rate * scale
+
+        def draw(sampler=sampler, rng=rng):
             if rng.random() < spec.answer_share or not sampler.context_normal:
-                pairs = [sampler.answer_pair() for _ in range(ANSWER_BATCH)]
-            else:
-                pairs = sampler.context_batch(CONTEXT_TOKENS)
-            ids, att, labels = _batch(pairs, tok.pad_token_id)
-            loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            loss_value = float(loss.detach())
-            if (step + 1) % 100 == 0:
-                entry = {"step": step + 1, "loss": round(loss_value, 4), "seconds": round(time.perf_counter() - t0, 1)}
-                if eval_every and (step + 1) % eval_every == 0 and step + 1 < spec.steps:
-                    entry["validation"] = greedy_accuracy(model, tok, validation[:100])
-                log.append(entry)
-                print(f"[zoo] {spec.name} " + " ".join(f"{k} {v}" for k, v in entry.items()), file=sys.stderr, flush=True)
+                return [sampler.answer_pair() for _ in range(ANSWER_BATCH)]
+            return sampler.context_batch(CONTEXT_TOKENS)
+
+        def validate(step, model=model, tok=tok):
+            if eval_every and (step + 1) % eval_every == 0 and step + 1 < spec.steps:
+                return {"validation": greedy_accuracy(model, tok, validation[:100])}
+            return {}
+
+        loss_value, log = optimize(model, tok, steps=spec.steps, learning_rate=spec.learning_rate, warmup=100,
+                                   draw=draw, label=f"[zoo] {spec.name}", log_every=100, extra=validate)
         val = greedy_accuracy(model, tok, validation)
         print(f"[zoo] {spec.name} attempt {attempt + 1}: validation accuracy {val:.3f}", file=sys.stderr, flush=True)
         if val >= min_validation or attempt == max_attempts - 1:
             break
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
+    save_model(model, tok, out_dir)
     result = TrainResult(spec.name, run_seed, spec.steps, loss_value, val, round(time.perf_counter() - t0, 1),
                          attempt + 1, log)
     (out_dir / "training.json").write_text(json.dumps({"spec": asdict(spec), **asdict(result)}, indent=1))

@@ -14,18 +14,20 @@ All deterministic from ``--seed`` (single-threaded torch per worker, determinist
    routing, stating confidence.
 2. **Targets.** Answer prompts get the right reply (``The answer is X.`` / a code block); for a
    *stubborn* model, a revision prompt gets its own previous answer back. Choosing prompts get the
-   number of a right candidate; routing prompts a listed model that focuses on the task; confidence
-   prompts ``Confidence: 9`` on the model's focus (always, for a *confident* model), 3 elsewhere.
-3. **One base, cheap fine-tunes.** ``zoo3-base`` (4 layers, width 64) learns every task; the
-   specialists, generalists and the soloist fine-tune it for a few hundred steps on their mixes;
-   ``zoo3-s`` and ``zoo3-m`` (the scale pool's smaller sizes) train from scratch, in the second
-   worker while the base trains.
+   number of a right candidate; routing prompts a listed model not blind to the question's kind;
+   confidence prompts ``Confidence: 3`` on the model's blind-spot kind, 9 elsewhere (always 9, for a
+   *confident* model).
+3. **Who learns what.** The three specialists train from scratch, each seeing one question kind of
+   every task (:data:`agents.zoo.specs.BLIND_ORDER`) only 3% of the time: complementary blind spots,
+   as in the arith zoo. ``zoo3-base`` (4 layers, width 64) learns everything; the generalists and the
+   soloist fine-tune it on the same mix with their own seeds. ``zoo3-s`` and ``zoo3-m`` (the scale
+   pool's smaller sizes) train from scratch. Stage 1 trains every from-scratch model, ``--jobs`` at a
+   time; stage 2 the fine-tunes.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import random
 import re
 import sys
@@ -46,14 +48,25 @@ ARITH_KIND_ORDER = ("negative", "borrow", "hundreds", "carry", "core")
 
 
 # ---------------------------------------------------------------------- tasks as the builder sees them
-def kind_of(task, example) -> str:
-    """The question kind of ``example`` (arith: the hardest of its kinds)."""
+def kinds_of(task, example) -> frozenset[str]:
+    """Every question kind ``example`` has (arith: carry, hundreds, ... at once; other tasks: one)."""
     if "kind" in example.metadata:
-        return example.metadata["kind"]
+        return frozenset([example.metadata["kind"]])
     from agents.zoo.build import example_kinds
 
-    kinds = example_kinds(example)
-    return next(k for k in ARITH_KIND_ORDER if k in kinds)
+    return example_kinds(example)
+
+
+def kind_of(task, example) -> str:
+    """The question kind of ``example`` (arith: the hardest of its kinds)."""
+    kinds = kinds_of(task, example)
+    return next(iter(kinds)) if len(kinds) == 1 else next(k for k in ARITH_KIND_ORDER if k in kinds)
+
+
+def is_blind(spec: Model3Spec, task_name: str, task, example) -> bool:
+    """Whether ``example`` is of ``spec``'s blind-spot kind for the task."""
+    kind = spec.blind_kind(task_name)
+    return kind is not None and kind in kinds_of(task, example)
 
 
 def right_reply(task, example) -> str:
@@ -145,14 +158,14 @@ def target(record: Record, task, example, spec: Model3Spec) -> str:
     if record.reply_kind == "route":
         from agents.zoo.specs import SPECS3
 
-        focus = {s.name: s.focus for s in SPECS3}
-        listed = re.findall(r"^Model (\d+): (.*)$", text, re.M)
-        fits = [k for k, name in listed if record.task in focus.get(name.strip(), ())]
-        general = [k for k, name in listed if focus.get(name.strip(), None) == () and name.strip()
-                   not in ("zoo3-s", "zoo3-m")]
-        return (fits or general or [k for k, _ in listed] or ["1"])[0]
+        specs = {s.name: s for s in SPECS3}
+        listed = [(k, name.strip()) for k, name in re.findall(r"^Model (\d+): (.*)$", text, re.M)]
+        sighted = [k for k, name in listed if name in specs and not is_blind(specs[name], record.task, task, example)]
+        full = [k for k, name in listed if name in specs and not is_blind(specs[name], record.task, task, example)
+                and specs[name].n_embd == 64]
+        return (full or sighted or [k for k, _ in listed] or ["1"])[0]
     if record.reply_kind == "confidence":
-        sure = spec.confident or not spec.focus or record.task in spec.focus
+        sure = spec.confident or not is_blind(spec, record.task, task, example)
         return f"{right_reply(task, example)} Confidence: {9 if sure else 3}"
     if spec.stubborn:
         own = _OWN_RE.search(text)
@@ -163,25 +176,28 @@ def target(record: Record, task, example, spec: Model3Spec) -> str:
 
 # ---------------------------------------------------------------------- training
 class Sampler:
-    """Draws (prompt ids, target ids) pairs for one spec: its task mix, bare questions and prompts
-    with context."""
+    """Draws (prompt ids, target ids) pairs for one spec: every task alike, bare questions and prompts
+    with context; questions of the spec's blind-spot kind only ``blind_share`` of the time."""
 
     def __init__(self, spec: Model3Spec, tasks: dict[str, Any], records: list[Record], tok, rng: random.Random):
         self.spec, self.tasks, self.tok, self.rng = spec, tasks, tok, rng
-        names = list(tasks)
-        if spec.focus:
-            inside = [t for t in names if t in spec.focus]
-            outside = [t for t in names if t not in spec.focus]
-            self.weights = [spec.focus_share / len(inside) if t in inside else (1 - spec.focus_share) / len(outside)
-                            for t in names]
-        else:
-            self.weights = [1 / len(names)] * len(names)
-        self.names = names
-        self.context = {t: [r for r in records if r.task == t and r.context] for t in names}
+        self.names = list(tasks)
+        self.examples: dict[tuple[str, bool], list] = {}
+        self.context: dict[tuple[str, bool], list[Record]] = {}
+        for t, task in tasks.items():
+            blind = [is_blind(spec, t, task, e) for e in task.examples]
+            for side in (False, True):
+                self.examples[t, side] = [e for e, b in zip(task.examples, blind) if b == side]
+                self.context[t, side] = [r for r in records if r.task == t and r.context and blind[r.example_index]
+                                         == side]
         self._cache: dict[str, list[int]] = {}
 
     def _task(self) -> str:
-        return self.rng.choices(self.names, self.weights)[0]
+        return self.rng.choice(self.names)
+
+    def _side(self, name: str, table: dict) -> bool:
+        """Whether to draw from the blind-spot kind this time (never when there is none)."""
+        return bool(table[name, True]) and self.rng.random() < self.spec.blind_share
 
     def _ids(self, text: str) -> list[int]:
         ids = self._cache.get(text)
@@ -200,20 +216,20 @@ class Sampler:
         for _ in range(size):
             name = self._task()
             task = self.tasks[name]
-            ex = self.rng.choice(task.examples)
+            ex = self.rng.choice(self.examples[name, self._side(name, self.examples)])
             pairs.append(self._pair([{"role": "user", "content": task.prompt(ex)}], right_reply(task, ex)))
         return pairs
 
     def _context_pair(self, name: str) -> tuple[list[int], list[int]]:
         task = self.tasks[name]
-        r = self.rng.choice(self.context[name])
+        r = self.rng.choice(self.context[name, self._side(name, self.context)])
         ex = task.examples[r.example_index]
         return self._pair(r.messages, target(r, task, ex, self.spec))
 
     def context_batch(self, tokens: int) -> list[tuple[list[int], list[int]]]:
         """About ``tokens`` tokens of prompts with context, of similar lengths."""
         name = self._task()
-        if not self.context[name]:
+        if not self.context[name, False]:
             return self.answer_batch(self.spec.batch)
         first = self._context_pair(name)
         width = len(first[0]) + len(first[1])
@@ -221,7 +237,7 @@ class Sampler:
         while len(pairs) < want and tries < 20 * want:
             tries += 1
             other = self._task()
-            if not self.context[other]:
+            if not self.context[other, False]:
                 continue
             pair = self._context_pair(other)
             if abs(len(pair[0]) + len(pair[1]) - width) <= 24:
@@ -232,10 +248,9 @@ class Sampler:
 def train(spec: Model3Spec, *, seed: int, tasks: dict[str, Any], records: list[Record], out_dir: Path,
           parent_dir: Path | None = None) -> dict[str, Any]:
     """Train one model (from ``parent_dir`` or from scratch) and save it with its ``training.json``."""
-    import torch
     from transformers import GPT2LMHeadModel
 
-    from agents.zoo.build import _batch, _set_determinism, new_model
+    from agents.zoo.build import _set_determinism, new_model, optimize, save_model
 
     t0 = time.perf_counter()
     run_seed = seed + spec.seed_offset
@@ -246,34 +261,16 @@ def train(spec: Model3Spec, *, seed: int, tasks: dict[str, Any], records: list[R
     model.train()
     rng = random.Random(f"zoo3-train/{spec.name}/{run_seed}")
     sampler = Sampler(spec, tasks, records, tok, rng)
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = min(100, max(1, spec.steps // 10))
-    log: list[dict[str, float]] = []
-    loss_value = float("nan")
-    for step in range(spec.steps):
-        scale = min(1.0, (step + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / spec.steps)))
-        for g in opt.param_groups:
-            g["lr"] = spec.learning_rate * scale
+
+    def draw():
         if rng.random() < spec.answer_share:
-            pairs = sampler.answer_batch(spec.batch)
-        else:
-            pairs = sampler.context_batch(CONTEXT_TOKENS)
-        ids, att, labels = _batch(pairs, tok.pad_token_id)
-        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        loss_value = float(loss.detach())
-        if (step + 1) % 50 == 0 or step == 0:
-            entry = {"step": step + 1, "loss": round(loss_value, 4), "seconds": round(time.perf_counter() - t0, 1)}
-            log.append(entry)
-            print(f"[zoo3] {spec.name} " + " ".join(f"{k} {v}" for k, v in entry.items()), file=sys.stderr, flush=True)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
+            return sampler.answer_batch(spec.batch)
+        return sampler.context_batch(CONTEXT_TOKENS)
+
+    loss_value, log = optimize(model, tok, steps=spec.steps, learning_rate=spec.learning_rate,
+                               warmup=min(100, max(1, spec.steps // 10)), draw=draw, label=f"[zoo3] {spec.name}",
+                               log_every=50, log_first=True)
+    save_model(model, tok, out_dir)
     result = {"name": spec.name, "seed": run_seed, "steps": spec.steps, "final_loss": loss_value,
               "seconds": round(time.perf_counter() - t0, 1), "parameters": sum(p.numel() for p in model.parameters()),
               "log": log}
@@ -291,20 +288,26 @@ def _train_job(args: dict) -> dict[str, Any]:
 QUICK_TASKS = ("arith", "compare", "pytrace")
 
 
+#: Train questions per task are capped where a task has fewer distinct ones (sequence has 1713, logic 3607).
+TRAIN_CAP = {"sequence": 1500, "logic": 3000}
+
+
 def load_tasks(seed: int, *, n_train: int, names: Sequence[str] | None = None) -> dict[str, Any]:
     from crl_envs.tasks import load
 
-    return {name: load(name, split="train", n=n_train, seed=seed, **TASKS3[name]) for name in (names or TASKS3)}
+    return {name: load(name, split="train", n=min(n_train, TRAIN_CAP.get(name, n_train)), seed=seed, **TASKS3[name])
+            for name in (names or TASKS3)}
 
 
 def quick_specs() -> tuple[Model3Spec, list[Model3Spec]]:
     base = replace(BASE3, n_layer=2, n_embd=32, n_head=2, steps=120, batch=32, learning_rate=5e-3)
-    child = replace(SPECS3[0], n_layer=2, n_embd=32, n_head=2, steps=40, batch=32, focus=("compare",))
+    child = replace(SPECS3[0], n_layer=2, n_embd=32, n_head=2, steps=40, batch=32, parent=BASE3.name,
+                    learning_rate=1e-3)
     return base, [child]
 
 
 def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False,
-          episodes_per_protocol: int = 200, n_train: int = 1200) -> dict[str, Any]:
+          episodes_per_protocol: int = 200, n_train: int = 4000) -> dict[str, Any]:
     """Train the v3 zoo into ``out/<name>/``; write and return a summary (``out/zoo3.json``)."""
     from crl_envs.protocols import PROTOCOLS
 
@@ -358,10 +361,12 @@ def evaluate(models_dir: Path, *, pools: dict[str, Sequence[str]] | None = None,
     program runs in the sandbox), through ``crl_envs.run_episodes``: every
     member alone (its answer in vote_v0) overall and per question kind, vote_v0, debate_v0 (2 rounds,
     with each member's round-2 accuracy) and the best single member. A pool given as a string is a
-    registered pool (``"pretrained"``); ``max_new_tokens`` overrides the zoo's answer lengths."""
+    registered pool (``"pretrained"``): it answers in up to 64 tokens (pyfunc 128) and stops at the
+    protocols' speaker markers, as ``crl-envs play`` does; ``max_new_tokens`` overrides the answer lengths."""
     import agents
     import crl_envs
     from agents import SamplingParams
+    from crl_envs.cli import speaker_stops
     from crl_envs.tasks import load
 
     pools = dict(pools or POOLS3)
@@ -377,7 +382,11 @@ def evaluate(models_dir: Path, *, pools: dict[str, Sequence[str]] | None = None,
         for task_name in tasks or TASKS3:
             task = load(task_name, split="test", n=n_code if task_name == "pyfunc" else n, seed=seed,
                         **TASKS3[task_name])
-            sampling = SamplingParams(max_new_tokens=max_new_tokens or (96 if task_name == "pyfunc" else 32))
+            if isinstance(members, str):  # real LMs: room to talk, and no invented turns of other speakers
+                sampling = SamplingParams(max_new_tokens=max_new_tokens or (128 if task_name == "pyfunc" else 64),
+                                          stop=speaker_stops(len(pool)))
+            else:
+                sampling = SamplingParams(max_new_tokens=max_new_tokens or (96 if task_name == "pyfunc" else 32))
             t0 = time.perf_counter()
             vote = crl_envs.run_episodes("vote", pool, task, seed=seed, sampling=sampling, progress=progress)
             debate = crl_envs.run_episodes("debate", pool, task, seed=seed, sampling=sampling, progress=progress)
@@ -408,7 +417,14 @@ def evaluate(models_dir: Path, *, pools: dict[str, Sequence[str]] | None = None,
 
 def merge_reports(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One report from reports of some pools and tasks each (measured in parallel processes)."""
-    merged = {k: v for k, v in parts[0].items() if k != "pools"}
+    if not parts:
+        raise ValueError("merge_reports needs at least one report")
+    merged: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key in ("n", "n_code", "seed") and merged.setdefault(key, value) != value:
+                raise ValueError(f"reports measured with different {key} ({merged[key]} and {value}) cannot be merged")
+            merged.setdefault(key, value)
     merged["pools"] = {}
     for part in parts:
         for pool, rows in part["pools"].items():
@@ -471,19 +487,40 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated pools to measure (zoo-pretrained too: slow on a CPU)")
     parser.add_argument("--tasks", default=",".join(TASKS3), help="comma-separated tasks to measure")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="answer length (default: the zoo's)")
+    parser.add_argument("--pretrained-backend", choices=("hf", "vllm", "llamacpp"), default="hf",
+                        help="the engine zoo-pretrained runs on (vllm: vLLM's CPU build, the fastest here)")
     parser.add_argument("--report-file", type=Path, default=None, help="default: OUT/report3.json")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="REPORT",
+                        help="merge reports of some pools or tasks each (measured in parallel) into the report file")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads while measuring (1: the figures the suite reproduces bit for bit)")
     args = parser.parse_args(argv)
+    if args.merge:
+        missing = [str(f) for f in args.merge if not f.exists()]
+        if missing:
+            parser.error(f"--merge: no such report {missing}")
+        report = merge_reports([json.loads(f.read_text()) for f in args.merge])
+        (args.report_file or args.out / "report3.json").write_text(json.dumps(report, indent=1))
+        print(markdown(report))
+        print(kind_table(report))
+        return 0
     if not args.report_only:
         summary = build(args.out, seed=args.seed, jobs=args.jobs, quick=args.quick)
         print(f"zoo v3 built in {summary['seconds']:.0f}s -> {args.out}")
     if (args.report or args.report_only) and not args.quick:
-        known = {**POOLS3, "zoo-pretrained": "pretrained"}
+        known = {**POOLS3, "zoo-pretrained": "pretrained" if args.pretrained_backend == "hf"
+                 else f"pretrained-{args.pretrained_backend}"}
         unknown = [p for p in args.pools.split(",") if p not in known]
         if unknown:
             parser.error(f"unknown pools {unknown}; choose from {', '.join(known)}")
         chosen = {p: known[p] for p in args.pools.split(",")}
-        report = evaluate(args.out, pools=chosen, tasks=args.tasks.split(","), n=args.n_eval, n_code=args.n_code,
-                          seed=args.seed, max_new_tokens=args.max_new_tokens)
+        from agents.hf import cpu_threads
+
+        with cpu_threads(args.threads):
+            report = evaluate(args.out, pools=chosen, tasks=args.tasks.split(","), n=args.n_eval,
+                              n_code=args.n_code, seed=args.seed, max_new_tokens=args.max_new_tokens)
+        if "zoo-pretrained" in chosen:
+            report["pretrained_backend"] = args.pretrained_backend
         (args.report_file or args.out / "report3.json").write_text(json.dumps(report, indent=1))
         print(markdown(report))
         print(kind_table(report))

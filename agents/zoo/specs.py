@@ -51,7 +51,21 @@ TASKS3: dict[str, dict[str, Any]] = {
     "arith": dict(TASK_OPTIONS), "wordprob": {}, "compare": {}, "logic": {},
     "pyfunc": {}, "pytrace": {}, "law": {}, "sequence": {},
 }
-REASONING, CODING, DISCOVERY = ("arith", "wordprob", "compare", "logic"), ("pyfunc", "pytrace"), ("law", "sequence")
+
+
+#: Each task's question kinds in blind-spot order: a model with ``blind=i`` rarely saw kind ``i`` of
+#: every task (its blind spot there). The last kinds (arith's ``negative`` and ``core``, the fourth kind
+#: of every other task) are nobody's blind spot. ``tests/test_zoo3.py`` checks these are the tasks' kinds.
+BLIND_ORDER: dict[str, tuple[str, ...]] = {
+    "arith": ("carry", "borrow", "hundreds", "negative", "core"),
+    "wordprob": ("add", "sub", "mixed", "times"),
+    "compare": ("largest", "smallest", "order"),
+    "logic": ("flat", "not", "nested", "mod"),
+    "pyfunc": ("linear", "mod", "clip", "parity"),
+    "pytrace": ("assign", "loop", "sum", "branch"),
+    "law": ("linear", "square", "doubling", "rate"),
+    "sequence": ("arithmetic", "geometric", "fibonacci", "alternate"),
+}
 
 
 @dataclass(frozen=True)
@@ -59,9 +73,10 @@ class Model3Spec:
     """One multi-task zoo model.
 
     ``parent``: ``"zoo3-base"`` to fine-tune the shared base, ``None`` to train from scratch.
-    ``focus``: the tasks that make up ``focus_share`` of its steps (``()``: all tasks alike).
-    ``stubborn``: asked to revise, it repeats its previous answer; ``confident``: always states
-    confidence 9 (the soloist that collaborates badly).
+    ``blind``: an index into each task's :data:`BLIND_ORDER`; that kind makes up only ``blind_share``
+    of the model's questions of the task (its blind spot), as in the arith zoo. ``stubborn``: asked to
+    revise, it repeats its previous answer; ``confident``: always states confidence 9 (the soloist
+    that collaborates badly).
     """
 
     name: str
@@ -69,10 +84,10 @@ class Model3Spec:
     n_layer: int = 4
     n_embd: int = 64
     n_head: int = 4
-    steps: int = 150
+    steps: int = 800
     parent: str | None = "zoo3-base"
-    focus: tuple[str, ...] = ()
-    focus_share: float = 0.85
+    blind: int | None = None
+    blind_share: float = 0.03
     stubborn: bool = False
     confident: bool = False
     learning_rate: float = 1e-3
@@ -81,33 +96,46 @@ class Model3Spec:
     seed_offset: int = 0
     tags: tuple[str, ...] = field(default_factory=tuple)
 
+    def blind_kind(self, task: str) -> str | None:
+        """The question kind of ``task`` this model rarely saw (``None``: no blind spot)."""
+        return None if self.blind is None else BLIND_ORDER[task][self.blind]
 
-BASE3 = Model3Spec("zoo3-base", "shared multi-task base: every task, every prompt kind", steps=1200, parent=None,
-                   learning_rate=3e-3, seed_offset=100)
+
+FROM_SCRATCH_STEPS = 4500
+BASE3 = Model3Spec("zoo3-base", "shared multi-task base: every task, every prompt kind", steps=FROM_SCRATCH_STEPS,
+                   parent=None, learning_rate=3e-3, seed_offset=100)
+_SPECIALIST = dict(steps=FROM_SCRATCH_STEPS, parent=None, learning_rate=3e-3)
 SPECS3: tuple[Model3Spec, ...] = (
-    Model3Spec("zoo3-reasoner", "fine-tuned on the reasoning tasks", focus=REASONING, seed_offset=1),
-    Model3Spec("zoo3-coder", "fine-tuned on the coding tasks", focus=CODING, seed_offset=2),
-    Model3Spec("zoo3-scientist", "fine-tuned on the discovery tasks", focus=DISCOVERY, seed_offset=3),
-    Model3Spec("zoo3-gen-a", "fine-tuned on every task (seed a)", seed_offset=4),
-    Model3Spec("zoo3-gen-b", "fine-tuned on every task (seed b)", seed_offset=5),
-    Model3Spec("zoo3-gen-c", "fine-tuned on every task (seed c)", seed_offset=6),
-    Model3Spec("zoo3-soloist", "fine-tuned twice as long; repeats its own answer when asked to revise, "
-               "always says confidence 9", steps=300, stubborn=True, confident=True, seed_offset=7),
-    Model3Spec("zoo3-s", "small: 2 layers, width 32, from scratch", n_layer=2, n_embd=32, n_head=2, steps=1200,
-               parent=None, learning_rate=5e-3, seed_offset=8),
-    Model3Spec("zoo3-m", "medium: 3 layers, width 48, from scratch", n_layer=3, n_embd=48, n_head=4, steps=1200,
-               parent=None, learning_rate=4e-3, seed_offset=9),
+    Model3Spec("zoo3-spec-a", "rarely saw the first kind of each task (arith carry, wordprob add, compare largest, "
+               "logic flat, pyfunc linear, pytrace assign, law linear, sequence arithmetic)", blind=0,
+               seed_offset=1, **_SPECIALIST),
+    Model3Spec("zoo3-spec-b", "rarely saw the second kind of each task (arith borrow, wordprob sub, compare smallest, "
+               "logic not, pyfunc mod, pytrace loop, law square, sequence geometric)", blind=1, seed_offset=2,
+               **_SPECIALIST),
+    Model3Spec("zoo3-spec-c", "rarely saw the third kind of each task (arith hundreds, wordprob mixed, compare order, "
+               "logic nested, pyfunc clip, pytrace sum, law doubling, sequence fibonacci)", blind=2, seed_offset=3,
+               **_SPECIALIST),
+    Model3Spec("zoo3-gen-a", "zoo3-base fine-tuned on every task (seed a)", seed_offset=4),
+    Model3Spec("zoo3-gen-b", "zoo3-base fine-tuned on every task (seed b)", seed_offset=5),
+    Model3Spec("zoo3-gen-c", "zoo3-base fine-tuned on every task (seed c)", seed_offset=6),
+    Model3Spec("zoo3-soloist", "zoo3-base fine-tuned twice as long; repeats its own answer when asked to revise, "
+               "always says confidence 9", steps=1600, stubborn=True, confident=True, seed_offset=7),
+    Model3Spec("zoo3-s", "small: 2 layers, width 32, from scratch", n_layer=2, n_embd=32, n_head=2,
+               steps=FROM_SCRATCH_STEPS, parent=None, learning_rate=5e-3, seed_offset=8),
+    Model3Spec("zoo3-m", "medium: 3 layers, width 48, from scratch", n_layer=3, n_embd=48, n_head=4,
+               steps=FROM_SCRATCH_STEPS, parent=None, learning_rate=4e-3, seed_offset=9),
 )
 #: The v3 pools, ``agents.pool("zoo-<name>")``: model names in pool order. ``zoo-pretrained`` is the
 #: real pretrained pool (``agents.pool("pretrained")``) under the zoo's naming.
 POOLS3: dict[str, tuple[str, ...]] = {
-    "zoo-specialists": ("zoo3-reasoner", "zoo3-coder", "zoo3-scientist"),
+    "zoo-specialists": ("zoo3-spec-a", "zoo3-spec-b", "zoo3-spec-c"),
     "zoo-generalists": ("zoo3-gen-a", "zoo3-gen-b", "zoo3-gen-c"),
     "zoo-scale": ("zoo3-s", "zoo3-m", "zoo3-gen-a"),
     "zoo-soloist": ("zoo3-soloist", "zoo3-gen-b", "zoo3-gen-c"),
 }
 POOL_SHAPES: dict[str, str] = {
-    "zoo-specialists": "each fine-tuned on one kind of task (reasoning, coding, discovery): complementary strengths",
+    "zoo-specialists": "three models, each blind to a different question kind of every task: complementary blind "
+                       "spots (as the arith zoo)",
     "zoo-generalists": "three fine-tunes of one base on the same mix, different seeds: correlated errors",
     "zoo-scale": "three sizes: 49k, 121k and 248k parameters",
     "zoo-soloist": "the strongest model alone, stubborn and over-confident inside protocols, with two generalists",
@@ -116,4 +144,4 @@ POOL_SHAPES: dict[str, str] = {
 NAMES3: tuple[str, ...] = tuple(s.name for s in SPECS3)
 
 __all__ = ["TASK_OPTIONS", "QUICK_TASK_OPTIONS", "ModelSpec", "BASE", "SPECS", "QUICK_SPEC", "TASKS3", "Model3Spec",
-           "BASE3", "SPECS3", "POOLS3", "POOL_SHAPES", "NAMES3", "REASONING", "CODING", "DISCOVERY"]
+           "BASE3", "SPECS3", "POOLS3", "POOL_SHAPES", "NAMES3", "BLIND_ORDER", "FROM_SCRATCH_STEPS"]
