@@ -216,6 +216,13 @@ def test_quick_v3_build_learns_and_is_deterministic(tmp_path: Path):
     first = load_file(tmp_path / "a" / "zoo3-spec-a" / "model.safetensors")
     second = load_file(tmp_path / "b" / "zoo3-spec-a" / "model.safetensors")
     assert first.keys() == second.keys() and all(bool((first[k] == second[k]).all()) for k in first)
+    weights = tmp_path / "a" / "zoo3-spec-a" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    again = mt.build(tmp_path / "a", seed=0, quick=True, jobs=1)  # resumes: both models finished, neither retrained
+    assert weights.stat().st_mtime_ns == written
+    assert again["models"]["zoo3-spec-a"]["final_loss"] == child["final_loss"]
+    mt.build(tmp_path / "a", seed=1, quick=True, jobs=1)  # another seed is another model: retrained
+    assert weights.stat().st_mtime_ns != written
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from agents.zoo.specs import BASE3, POOLS3, SPECS3, TASKS3, Model3Spec
+from agents.zoo.specs import BASE3, FIRST_PHASE3, POOLS3, SPECS3, TASKS3, Model3Spec
 
 N_POSITIONS = 640
 CONTEXT_TOKENS = 4000  # tokens in a batch of prompts with peers (similar lengths, so little padding)
@@ -306,14 +306,30 @@ def quick_specs() -> tuple[Model3Spec, list[Model3Spec]]:
     return base, [child]
 
 
+def finished(spec: Model3Spec, seed: int, out_dir: Path) -> dict[str, Any] | None:
+    """The result of an earlier build's run of ``spec`` in ``out_dir``, if it finished with this very spec
+    and seed (the same code gives the same weights), else ``None``: a build that died resumes there."""
+    path = out_dir / "training.json"
+    if not (path.exists() and (out_dir / "model.safetensors").exists()):
+        return None
+    done = json.loads(path.read_text())
+    same = json.loads(json.dumps(asdict(spec))) == done.get("spec") and done.get("seed") == seed + spec.seed_offset
+    return {k: v for k, v in done.items() if k != "spec"} if same else None
+
+
 def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False,
-          episodes_per_protocol: int = 200, n_train: int = 4000) -> dict[str, Any]:
-    """Train the v3 zoo into ``out/<name>/``; write and return a summary (``out/zoo3.json``)."""
+          episodes_per_protocol: int = 200, n_train: int = 4000, resume: bool = True) -> dict[str, Any]:
+    """Train the v3 zoo into ``out/<name>/``; write and return a summary (``out/zoo3.json``).
+
+    Stage 1 trains the from-scratch models (``zoo3-base`` into ``out/_base``, the specialists' first
+    phase into ``out/_first/``, neither shipped), stage 2 what continues from them. With ``resume``, a
+    model an earlier build finished with the same spec and seed is kept, not retrained."""
     from crl_envs.protocols import PROTOCOLS
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    first: list[Model3Spec] = []
     if quick:
         base, children = quick_specs()
         scratch: list[Model3Spec] = []
@@ -321,8 +337,8 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False,
         tasks = load_tasks(seed, n_train=n_train, names=QUICK_TASKS)
         protocols, episodes_per_protocol = ["vote", "debate"], 10
     else:
-        base, children = BASE3, [s for s in SPECS3 if s.parent == BASE3.name]
-        scratch = [s for s in SPECS3 if s.parent is None]
+        base, children = BASE3, [s for s in SPECS3 if s.parent is not None]
+        scratch, first = [s for s in SPECS3 if s.parent is None], list(FIRST_PHASE3)
         tasks = load_tasks(seed, n_train=n_train)
         protocols = list(PROTOCOLS)
     records: list[Record] = []
@@ -332,23 +348,31 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False,
     print(f"[zoo3] {len(records)} training prompts from the envs ({collect_seconds:.0f}s)", file=sys.stderr, flush=True)
     common = {"task_source": (seed, n_train, tuple(tasks)), "records": records, "seed": seed}
     results: dict[str, dict[str, Any]] = {}
-    base_dir = out / "_base"  # the shared base is trained and kept, but ships in no pool
-    stage1 = [{**common, "spec": base, "out_dir": base_dir}] + [{**common, "spec": s, "out_dir": out / s.name}
-                                                                 for s in scratch]
-    stage2 = [{**common, "spec": s, "out_dir": out / s.name, "parent_dir": base_dir} for s in children]
+    # trained and kept, but shipped in no pool: the shared base and the specialists' first phase
+    parents = {base.name: out / "_base", **{s.name: out / "_first" / s.name for s in first}}
+    stage1 = [{**common, "spec": s, "out_dir": parents[s.name]} for s in (base, *first)] + \
+             [{**common, "spec": s, "out_dir": out / s.name} for s in scratch]
+    stage2 = [{**common, "spec": s, "out_dir": out / s.name, "parent_dir": parents[s.parent]} for s in children]
     for stage in (stage1, stage2):
-        stage.sort(key=lambda j: -j["spec"].steps * j["spec"].n_embd ** 2 * j["spec"].n_layer)
-        if jobs > 1 and len(stage) > 1:
+        todo = []
+        for job in stage:
+            done = finished(job["spec"], seed, job["out_dir"]) if resume else None
+            if done is None:
+                todo.append(job)
+            else:
+                results[str(job["out_dir"].relative_to(out))] = done
+                print(f"[zoo3] {job['out_dir'].relative_to(out)}: finished by an earlier build, kept", file=sys.stderr)
+        todo.sort(key=lambda j: -j["spec"].steps * j["spec"].n_embd ** 2 * j["spec"].n_layer)
+        if jobs > 1 and len(todo) > 1:
             with ProcessPoolExecutor(max_workers=jobs) as ex:
-                for r in ex.map(_train_job, stage):
-                    results[r["name"]] = r
+                for job, r in zip(todo, ex.map(_train_job, todo)):
+                    results[str(job["out_dir"].relative_to(out))] = r
         else:
-            for j in stage:
-                r = _train_job(j)
-                results[r["name"]] = r
+            for job in todo:
+                results[str(job["out_dir"].relative_to(out))] = _train_job(job)
     summary = {"seed": seed, "tasks": {k: v for k, v in TASKS3.items() if k in tasks}, "prompts": len(records),
                "collect_seconds": collect_seconds, "seconds": round(time.perf_counter() - t0, 1), "jobs": jobs,
-               "models": {name: {k: v for k, v in r.items() if k != "log"} for name, r in results.items()}}
+               "models": {path: {k: v for k, v in r.items() if k != "log"} for path, r in sorted(results.items())}}
     (out / "zoo3.json").write_text(json.dumps(summary, indent=1))
     return summary
 
@@ -479,6 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="two 2-layer models on three tasks in about a minute")
+    parser.add_argument("--no-resume", action="store_true",
+                        help="retrain every model, even those an earlier build in OUT finished with the same spec")
     parser.add_argument("--report", action="store_true", help="after building, measure every pool (report3.json)")
     parser.add_argument("--report-only", action="store_true", help="measure the pools of an existing build")
     parser.add_argument("--n-eval", type=int, default=100)
@@ -505,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(kind_table(report))
         return 0
     if not args.report_only:
-        summary = build(args.out, seed=args.seed, jobs=args.jobs, quick=args.quick)
+        summary = build(args.out, seed=args.seed, jobs=args.jobs, quick=args.quick, resume=not args.no_resume)
         print(f"zoo v3 built in {summary['seconds']:.0f}s -> {args.out}")
     if (args.report or args.report_only) and not args.quick:
         known = {**POOLS3, "zoo-pretrained": "pretrained" if args.pretrained_backend == "hf"

@@ -72,7 +72,8 @@ BLIND_ORDER: dict[str, tuple[str, ...]] = {
 class Model3Spec:
     """One multi-task zoo model.
 
-    ``parent``: ``"zoo3-base"`` to fine-tune the shared base, ``None`` to train from scratch.
+    ``parent``: ``"zoo3-base"`` to fine-tune the shared base, a name in :data:`FIRST_PHASE3` to continue
+    that first phase (the specialists), ``None`` to train from scratch.
     ``blind``: an index into each task's :data:`BLIND_ORDER`; that kind makes up only ``blind_share``
     of the model's questions of the task (its blind spot), as in the arith zoo. ``stubborn``: asked to
     revise, it repeats its previous answer; ``confident``: always states confidence 9 (the soloist
@@ -105,7 +106,9 @@ FROM_SCRATCH_STEPS = 4500
 BASE3 = Model3Spec("zoo3-base", "shared multi-task base: every task, every prompt kind", steps=FROM_SCRATCH_STEPS,
                    parent=None, learning_rate=3e-3, seed_offset=100)
 _SPECIALIST = dict(steps=FROM_SCRATCH_STEPS, parent=None, learning_rate=3e-3)
-SPECS3: tuple[Model3Spec, ...] = (
+#: The specialists' first phase: from scratch, each with its blind spot (built into ``OUT/_first/``,
+#: not shipped). The shipped specialists continue from them (:data:`SPECIALIST_MORE_STEPS` more steps).
+FIRST_PHASE3: tuple[Model3Spec, ...] = (
     Model3Spec("zoo3-spec-a", "rarely saw the first kind of each task (arith carry, wordprob add, compare largest, "
                "logic flat, pyfunc linear, pytrace assign, law linear, sequence arithmetic)", blind=0,
                seed_offset=1, **_SPECIALIST),
@@ -115,6 +118,12 @@ SPECS3: tuple[Model3Spec, ...] = (
     Model3Spec("zoo3-spec-c", "rarely saw the third kind of each task (arith hundreds, wordprob mixed, compare order, "
                "logic nested, pyfunc clip, pytrace sum, law doubling, sequence fibonacci)", blind=2, seed_offset=3,
                **_SPECIALIST),
+)
+SPECIALIST_MORE_STEPS = 2500
+SPECS3: tuple[Model3Spec, ...] = (
+    *(Model3Spec(first.name, first.description + f"; {FROM_SCRATCH_STEPS} steps from scratch, then "
+                 f"{SPECIALIST_MORE_STEPS} more", blind=first.blind, parent=first.name, steps=SPECIALIST_MORE_STEPS,
+                 seed_offset=first.seed_offset + 10) for first in FIRST_PHASE3),
     Model3Spec("zoo3-gen-a", "zoo3-base fine-tuned on every task (seed a)", seed_offset=4),
     Model3Spec("zoo3-gen-b", "zoo3-base fine-tuned on every task (seed b)", seed_offset=5),
     Model3Spec("zoo3-gen-c", "zoo3-base fine-tuned on every task (seed c)", seed_offset=6),
@@ -144,4 +153,5 @@ POOL_SHAPES: dict[str, str] = {
 NAMES3: tuple[str, ...] = tuple(s.name for s in SPECS3)
 
 __all__ = ["TASK_OPTIONS", "QUICK_TASK_OPTIONS", "ModelSpec", "BASE", "SPECS", "QUICK_SPEC", "TASKS3", "Model3Spec",
-           "BASE3", "SPECS3", "POOLS3", "POOL_SHAPES", "NAMES3", "BLIND_ORDER", "FROM_SCRATCH_STEPS"]
+           "BASE3", "SPECS3", "POOLS3", "POOL_SHAPES", "NAMES3", "BLIND_ORDER", "FROM_SCRATCH_STEPS", "FIRST_PHASE3",
+           "SPECIALIST_MORE_STEPS"]
