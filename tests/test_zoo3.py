@@ -178,6 +178,7 @@ def test_shipped_report_matches_the_shipped_models_and_the_cards():
     cards = (Path(__file__).resolve().parents[1] / "docs" / "zoo.md").read_text()
     assert mt.markdown(report) in cards, "docs/zoo.md's pool tables are not report3.json's: paste `--report-only`'s"
     assert mt.kind_table(report) in cards, "docs/zoo.md's per-kind table is not report3.json's"
+    assert mt.model_table(summary) in cards, "docs/zoo.md's model table is not zoo3.json's"
 
 
 #: One cell per kind of task where the cards claim a pool's vote or debate beats its best member.

@@ -480,6 +480,23 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def model_table(summary: dict[str, Any]) -> str:
+    """The models' card rows from a build's ``zoo3.json``: size, training and behaviour of each shipped model
+    and of what it continues from."""
+    lines = ["| model | layers × width | parameters | training | steps | seconds | what it is |", "|---|---|---|---|---|---|---|"]
+    specs = {"_base": BASE3, **{f"_first/{s.name}": s for s in FIRST_PHASE3}, **{s.name: s for s in SPECS3}}
+    for path, spec in specs.items():
+        row = summary["models"].get(path)
+        if row is None:
+            continue
+        where = {None: "from scratch", BASE3.name: "fine-tunes zoo3-base"}.get(spec.parent, "continues its first phase")
+        shown = f"({spec.name}, first phase, not shipped)" if path.startswith("_first") else (
+            "(zoo3-base, not shipped)" if path == "_base" else spec.name)
+        lines.append(f"| {shown} | {spec.n_layer} × {spec.n_embd} | {row['parameters']:,} | {where}, lr "
+                     f"{spec.learning_rate:g} | {row['steps']} | {row['seconds']:.0f} | {spec.description} |")
+    return "\n".join(lines)
+
+
 def kind_table(report: dict[str, Any]) -> str:
     """Standalone accuracy per task and question kind, for every model (its first pool's figures)."""
     lines, done = [], set()
@@ -527,12 +544,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--merge: no such report {missing}")
         report = merge_reports([json.loads(f.read_text()) for f in args.merge])
         (args.report_file or args.out / "report3.json").write_text(json.dumps(report, indent=1))
+        if (args.out / "zoo3.json").exists():
+            print(model_table(json.loads((args.out / "zoo3.json").read_text())))
         print(markdown(report))
         print(kind_table(report))
         return 0
     if not args.report_only:
         summary = build(args.out, seed=args.seed, jobs=args.jobs, quick=args.quick, resume=not args.no_resume)
         print(f"zoo v3 built in {summary['seconds']:.0f}s -> {args.out}")
+        print(model_table(summary))
     if (args.report or args.report_only) and not args.quick:
         known = {**POOLS3, "zoo-pretrained": "pretrained" if args.pretrained_backend == "hf"
                  else f"pretrained-{args.pretrained_backend}"}
@@ -553,7 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["build", "evaluate", "markdown", "kind_table", "collect", "target", "scripted_peers", "kind_of", "main"]
+__all__ = ["build", "evaluate", "markdown", "kind_table", "model_table", "merge_reports", "finished", "collect", "target", "scripted_peers", "kind_of", "main"]
 
 
 if __name__ == "__main__":
