@@ -160,10 +160,10 @@ def target(record: Record, task, example, spec: Model3Spec) -> str:
 
         specs = {s.name: s for s in SPECS3}
         listed = [(k, name.strip()) for k, name in re.findall(r"^Model (\d+): (.*)$", text, re.M)]
-        sighted = [k for k, name in listed if name in specs and not is_blind(specs[name], record.task, task, example)]
-        full = [k for k, name in listed if name in specs and not is_blind(specs[name], record.task, task, example)
-                and specs[name].n_embd == 64]
-        return (full or sighted or [k for k, _ in listed] or ["1"])[0]
+        sighted = [(k, specs[name]) for k, name in listed
+                   if name in specs and not is_blind(specs[name], record.task, task, example)]
+        full = [k for k, s in sighted if s.n_embd == 64]
+        return (full or [k for k, _ in sighted] or [k for k, _ in listed] or ["1"])[0]
     if record.reply_kind == "confidence":
         sure = spec.confident or not is_blind(spec, record.task, task, example)
         return f"{right_reply(task, example)} Confidence: {9 if sure else 3}"
@@ -182,14 +182,15 @@ class Sampler:
     def __init__(self, spec: Model3Spec, tasks: dict[str, Any], records: list[Record], tok, rng: random.Random):
         self.spec, self.tasks, self.tok, self.rng = spec, tasks, tok, rng
         self.names = list(tasks)
-        self.examples: dict[tuple[str, bool], list] = {}
-        self.context: dict[tuple[str, bool], list[Record]] = {}
+        self.examples: dict[tuple[str, bool], list] = {(t, side): [] for t in tasks for side in (False, True)}
+        self.context: dict[tuple[str, bool], list[Record]] = {key: [] for key in self.examples}
+        blind = {t: [is_blind(spec, t, task, e) for e in task.examples] for t, task in tasks.items()}
         for t, task in tasks.items():
-            blind = [is_blind(spec, t, task, e) for e in task.examples]
-            for side in (False, True):
-                self.examples[t, side] = [e for e, b in zip(task.examples, blind) if b == side]
-                self.context[t, side] = [r for r in records if r.task == t and r.context and blind[r.example_index]
-                                         == side]
+            for e, side in zip(task.examples, blind[t]):
+                self.examples[t, side].append(e)
+        for r in records:  # one pass, in order
+            if r.context and r.task in blind:
+                self.context[r.task, blind[r.task][r.example_index]].append(r)
         self._cache: dict[str, list[int]] = {}
 
     def _task(self) -> str:
@@ -356,20 +357,21 @@ def build(out: Path, *, seed: int = 0, jobs: int = 2, quick: bool = False,
     for stage in (stage1, stage2):
         todo = []
         for job in stage:
+            key = str(job["out_dir"].relative_to(out))  # zoo3.json's name for the model
             done = finished(job["spec"], seed, job["out_dir"]) if resume else None
             if done is None:
-                todo.append(job)
+                todo.append((key, job))
             else:
-                results[str(job["out_dir"].relative_to(out))] = done
-                print(f"[zoo3] {job['out_dir'].relative_to(out)}: finished by an earlier build, kept", file=sys.stderr)
-        todo.sort(key=lambda j: -j["spec"].steps * j["spec"].n_embd ** 2 * j["spec"].n_layer)
+                results[key] = done
+                print(f"[zoo3] {key}: finished by an earlier build, kept", file=sys.stderr)
+        todo.sort(key=lambda kj: -kj[1]["spec"].steps * kj[1]["spec"].n_embd ** 2 * kj[1]["spec"].n_layer)
+        jobs_todo = [job for _, job in todo]
         if jobs > 1 and len(todo) > 1:
             with ProcessPoolExecutor(max_workers=jobs) as ex:
-                for job, r in zip(todo, ex.map(_train_job, todo)):
-                    results[str(job["out_dir"].relative_to(out))] = r
+                trained = list(ex.map(_train_job, jobs_todo))
         else:
-            for job in todo:
-                results[str(job["out_dir"].relative_to(out))] = _train_job(job)
+            trained = [_train_job(job) for job in jobs_todo]
+        results.update(zip([key for key, _ in todo], trained))
     summary = {"seed": seed, "tasks": {k: v for k, v in TASKS3.items() if k in tasks}, "prompts": len(records),
                "collect_seconds": collect_seconds, "seconds": round(time.perf_counter() - t0, 1), "jobs": jobs,
                "models": {path: {k: v for k, v in r.items() if k != "log"} for path, r in sorted(results.items())}}
