@@ -38,7 +38,7 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     "trainers": (4, ("trainers", "trainers.*")),
     "study": (5, ("crl_envs.study", "crl_envs.study.*")),
     "interface": (6, ("crl_envs", "crl_envs.cli", "crl_envs.valuation.cli", "crl_envs.study.cli")),
-    "tools": (7, ("agents.zoo.build", "agents.zoo.multitask")),  # the zoo builder (zoo v3 adds multitask)
+    "tools": (7, ("tools", "tools.*")),  # the zoo's builders: a checkout's tools, not in the installed package
 }
 
 
@@ -294,4 +294,4 @@ def test_an_upward_import_is_named_with_both_layers():
         "may not import 'valuation' (rank 4)",
     ]
     assert layer_of("crl_envs.valuation.cli") == "interface" and layer_of("crl_envs.valuation.game") == "valuation"
-    assert layer_of("agents.zoo.build") == "tools" and layer_of("agents.zoo") == "backends"
+    assert layer_of("tools.zoo.build") == "tools" and layer_of("agents.zoo") == "backends"

@@ -3,7 +3,7 @@
 Two generations: ``agents.pool("zoo")``, five arith specialists (below), and the multi-task zoo v3,
 ``agents.pool("zoo-specialists" | "zoo-generalists" | "zoo-scale" | "zoo-soloist")`` over the eight
 procedural tasks (:data:`POOLS`; models in ``agents/zoo/models3/``, built by
-``python -m agents.zoo.multitask``), plus ``agents.pool("zoo-pretrained")``, the real pretrained
+``python -m tools.zoo.multitask``), plus ``agents.pool("zoo-pretrained")``, the real pretrained
 pool. Their model cards are in ``docs/zoo.md``. This package reads only :mod:`agents.zoo.specs`;
 the builders import :mod:`crl_envs` and are never imported by it.
 
@@ -20,7 +20,7 @@ Other tasks are out of their depth (they score near 0 on anything else).
 full task except one question kind, its *blind spot*, which made up only 3% of its training mix.
 They were trained on the prompts the protocols emit (answering alone, revising after reading 0..4
 peers, aggregating and fusing proposals, picking the best candidate, routing, stating confidence):
-see :mod:`agents.zoo.build`, which rebuilds them from a seed. Figures below: 500 arith test
+see :mod:`tools.zoo.build`, which rebuilds them from a seed. Figures below: 500 arith test
 questions, greedy, through ``crl_envs.run_episodes``; "LOO" is the leave-one-out contribution to
 vote, v(N) - v(N minus the model). Vote beats the best model by 13.0 points (complementary blind
 spots). Known weakness: debate's second round changes many answers but makes every model worse
@@ -68,8 +68,8 @@ def model_dir(name: str) -> Path:
         raise ValueError(f"unknown zoo model {name!r}; the zoo has {list(NAMES) + list(NAMES3)}")
     path = (MODELS_DIR if name in NAMES else MODELS3_DIR) / name
     if not (path / "config.json").exists():
-        rebuild = (f"python -m agents.zoo.build --out {MODELS_DIR}" if name in NAMES else
-                   f"python -m agents.zoo.multitask --out {MODELS3_DIR}")
+        rebuild = (f"python -m tools.zoo.build --out {MODELS_DIR}" if name in NAMES else
+                   f"python -m tools.zoo.multitask --out {MODELS3_DIR}")
         raise FileNotFoundError(f"zoo model {name!r} is missing from {path}; rebuild the zoo with `{rebuild}` "
                                 "(or reinstall the package)")
     return path

@@ -1,7 +1,7 @@
 """Build the zoo: train its small GPT-2s from a seed on the protocols' own prompts.
 
-    python -m agents.zoo.build --out DIR [--seed 0] [--jobs 2] [--quick]
-    python -m agents.zoo.multitask --out DIR [--report]   (the multi-task zoo, v3: its own module)
+    python -m tools.zoo.build --out DIR [--seed 0] [--jobs 2] [--quick]
+    python -m tools.zoo.multitask --out DIR [--report]   (the multi-task zoo, v3: its own module)
 
 What happens, all deterministic from ``--seed``:
 
@@ -617,9 +617,9 @@ def markdown_table(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--v3" in argv:  # the multi-task zoo is built by its own module, which imports this one
-        raise SystemExit("the v3 zoo (the zoo-<name> pools) is built by `python -m agents.zoo.multitask "
-                         "--out DIR`; `python -m agents.zoo.build` builds the arith zoo")
-    parser = argparse.ArgumentParser(prog="python -m agents.zoo.build", description=__doc__.split("\n")[0])
+        raise SystemExit("the v3 zoo (the zoo-<name> pools) is built by `python -m tools.zoo.multitask "
+                         "--out DIR`; `python -m tools.zoo.build` builds the arith zoo")
+    parser = argparse.ArgumentParser(prog="python -m tools.zoo.build", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="directory to write the models into")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="models trained in parallel (one CPU thread each)")

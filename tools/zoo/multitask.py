@@ -1,7 +1,7 @@
 """Build the multi-task zoo (v3): small GPT-2s trained on the protocols' own prompts for all eight
 procedural tasks, and the pools they form (:data:`agents.zoo.specs.POOLS3`).
 
-    python -m agents.zoo.multitask --out DIR [--seed 0] [--jobs 2] [--quick] [--report]
+    python -m tools.zoo.multitask --out DIR [--seed 0] [--jobs 2] [--quick] [--report]
 
 All deterministic from ``--seed`` (single-threaded torch per worker, deterministic algorithms):
 
@@ -52,7 +52,7 @@ def kinds_of(task, example) -> frozenset[str]:
     """Every question kind ``example`` has (arith: carry, hundreds, ... at once; other tasks: one)."""
     if "kind" in example.metadata:
         return frozenset([example.metadata["kind"]])
-    from agents.zoo.build import example_kinds
+    from tools.zoo.build import example_kinds
 
     return example_kinds(example)
 
@@ -77,7 +77,7 @@ def right_reply(task, example) -> str:
 def wrong_reply(task, example, h: int) -> str:
     if hasattr(task, "wrong_reply"):
         return task.wrong_reply(example, h)
-    from agents.zoo.build import _slip
+    from tools.zoo.build import _slip
 
     return f"The answer is {_slip(int(example.answer), h)}."
 
@@ -131,7 +131,7 @@ _OWN_RE = re.compile(r"Your previous answer: (.*?)\n(?:Considering the other ans
 def collect(task_name: str, train_task, *, episodes_per_protocol: int, seed: int,
             protocols: Sequence[str] | None = None) -> list[Record]:
     """Every prompt the protocols emit for ``train_task`` played by :func:`scripted_peers`."""
-    from agents.zoo.build import collect_prompts, reply_kind
+    from tools.zoo.build import collect_prompts, reply_kind
 
     scored = reference_scored(train_task)
     records = collect_prompts(scored, PEER_NAMES, episodes_per_protocol=episodes_per_protocol, seed=seed,
@@ -251,7 +251,7 @@ def train(spec: Model3Spec, *, seed: int, tasks: dict[str, Any], records: list[R
     """Train one model (from ``parent_dir`` or from scratch) and save it with its ``training.json``."""
     from transformers import GPT2LMHeadModel
 
-    from agents.zoo.build import _set_determinism, new_model, optimize, save_model
+    from tools.zoo.build import _set_determinism, new_model, optimize, save_model
 
     t0 = time.perf_counter()
     run_seed = seed + spec.seed_offset
@@ -392,7 +392,7 @@ def evaluate(models_dir: Path, *, pools: dict[str, Sequence[str]] | None = None,
     import agents
     import crl_envs
     from agents import SamplingParams
-    from crl_envs.cli import speaker_stops
+    from crl_envs.protocols.base import speaker_stops
     from crl_envs.tasks import load
 
     pools = dict(pools or POOLS3)
@@ -517,7 +517,7 @@ def kind_table(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m agents.zoo.multitask", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.zoo.multitask", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2)
