@@ -13,7 +13,7 @@ What is shared with HFAgent, so that the same request means the same thing on bo
   (:func:`agents.base.render_chat`, :func:`agents.base.encode_prompt_text`: BOS exactly once), so
   ``prompt_token_ids`` equal HFAgent's; the constructor checks that llama.cpp's vocabulary tokenizes
   a probe text to the same ids.
-- **Sampling** is :func:`agents.hf.sample_next` on llama.cpp's logits: greedy at temperature 0,
+- **Sampling** is :func:`agents.sampling.sample_next` on llama.cpp's logits: greedy at temperature 0,
   otherwise inverse-CDF top-p sampling with one uniform draw per token from the request's own
   ``torch.Generator`` seeded by ``SamplingParams.seed``; log-probs are under the temperature-scaled
   distribution. llama.cpp's own sampler chain (top-k 40, min-p, repeat penalty) is not used.
@@ -206,7 +206,7 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
 
     # ------------------------------------------------------------------ generation
     def _generate(self, requests: list[Request]) -> list[Generation]:
-        from agents.hf import cpu_threads
+        from agents.sampling import cpu_threads
 
         prompt_ids = [self.encode_prompt(r.messages) for r in requests]
         for r, ids in zip(requests, prompt_ids):
@@ -259,10 +259,10 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
 
     def _decode(self, prompt: list[int], params: SamplingParams) -> tuple[list[int], list[float], str]:
         """One answer: the prompt's evaluation, then one token per step sampled by
-        :func:`agents.hf.sample_next`, ending as HFAgent's decoding loop ends."""
+        :func:`agents.sampling.sample_next`, ending as HFAgent's decoding loop ends."""
         import torch
 
-        from agents.hf import sample_next
+        from agents.sampling import sample_next
 
         temperature = torch.tensor([params.temperature], dtype=torch.float32)
         top_p = torch.tensor([params.top_p], dtype=torch.float32)

@@ -562,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown pools {unknown}; choose from {', '.join(known)}")
         chosen = {p: known[p] for p in args.pools.split(",")}
-        from agents.hf import cpu_threads
+        from agents.sampling import cpu_threads
 
         with cpu_threads(args.threads):
             report = evaluate(args.out, pools=chosen, tasks=args.tasks.split(","), n=args.n_eval,
