@@ -241,14 +241,8 @@ class HFAgent(TokenizerPrompts, Agent):
 
     def _generate_batches(self, requests: list[Request], prefill_threads: int) -> list[Generation]:
         prompt_ids = [self.encode_prompt(r.messages) for r in requests]
-        if self.context_length is not None:
-            for r, ids in zip(requests, prompt_ids):
-                if len(ids) >= self.context_length:
-                    example = getattr(r.metadata.get("example"), "id", None)
-                    raise ValueError(
-                        f"HFAgent {self.name!r}: the prompt of example {example!r} has {len(ids)} tokens, but the "
-                        f"model's context holds {self.context_length}; shorten the prompt (fewer rounds or peers)"
-                    )
+        self.check_prompts_fit(requests, prompt_ids, context="the model's context",
+                               fix="shorten the prompt (fewer rounds or peers)")
         # Length buckets: sorted by prompt length, so each batch pads little.
         order = sorted(range(len(requests)), key=lambda i: len(prompt_ids[i]))
         results: list[Generation | None] = [None] * len(requests)
@@ -285,16 +279,7 @@ class HFAgent(TokenizerPrompts, Agent):
                 continue
             per_request = (time.perf_counter() - t0) / len(chunk)
             for i, (tokens, logprobs, reason) in zip(chunk, outs):
-                results[i] = Generation(
-                    text=self.decode_text(tokens),
-                    token_ids=tokens,
-                    logprobs=logprobs,
-                    finish_reason=reason,
-                    prompt_tokens=len(prompt_ids[i]),
-                    completion_tokens=len(tokens),
-                    prompt_token_ids=prompt_ids[i],
-                    seconds=per_request,
-                )
+                results[i] = self.generation(prompt_ids[i], tokens, logprobs, reason, per_request)
             start += len(chunk)
         return results  # type: ignore[return-value]
 

@@ -209,28 +209,14 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
         from agents.sampling import cpu_threads
 
         prompt_ids = [self.encode_prompt(r.messages) for r in requests]
-        for r, ids in zip(requests, prompt_ids):
-            if len(ids) >= self.context_length:
-                example = getattr(r.metadata.get("example"), "id", None)
-                raise ValueError(
-                    f"LlamaCppAgent {self.name!r}: the prompt of example {example!r} has {len(ids)} tokens, but the "
-                    f"context holds {self.context_length}; shorten the prompt or raise n_ctx (llamacpp:...?n_ctx=4096)"
-                )
+        self.check_prompts_fit(requests, prompt_ids, context="the context",
+                               fix="shorten the prompt or raise n_ctx (llamacpp:...?n_ctx=4096)")
         results: list[Generation | None] = [None] * len(requests)
         with cpu_threads(1):  # torch only samples here; its threads would compete with llama.cpp's
             for i in sorted(range(len(requests)), key=lambda i: prompt_ids[i]):
                 t0 = time.perf_counter()
                 tokens, logprobs, reason = self._decode(prompt_ids[i], requests[i].sampling)
-                results[i] = Generation(
-                    text=self.decode_text(tokens),
-                    token_ids=tokens,
-                    logprobs=logprobs,
-                    finish_reason=reason,
-                    prompt_tokens=len(prompt_ids[i]),
-                    completion_tokens=len(tokens),
-                    prompt_token_ids=prompt_ids[i],
-                    seconds=time.perf_counter() - t0,
-                )
+                results[i] = self.generation(prompt_ids[i], tokens, logprobs, reason, time.perf_counter() - t0)
         return results  # type: ignore[return-value]
 
     def _prefill(self, prompt: list[int]) -> None:

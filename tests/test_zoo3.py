@@ -14,9 +14,9 @@ import agents
 import agents.pretrained
 import crl_envs
 from agents import SamplingParams
-from tools.zoo import multitask as mt
 from agents.zoo.specs import NAMES3, POOLS3, SPECS3, TASKS3
 from crl_envs import tasks
+from tools.zoo import multitask as mt
 
 ZOO = pytest.importorskip("agents.zoo")
 SHIPPED3 = all((ZOO.MODELS3_DIR / n / "model.safetensors").exists() for n in NAMES3)
@@ -98,8 +98,8 @@ def test_targets_choose_a_right_code_candidate_and_the_stubborn_repeat_themselve
 
 
 def test_blind_order_names_every_tasks_own_kinds():
-    from tools.zoo.build import example_kinds
     from agents.zoo.specs import BLIND_ORDER
+    from tools.zoo.build import example_kinds
 
     assert set(BLIND_ORDER) == set(TASKS3)
     for name, options in TASKS3.items():
