@@ -121,7 +121,7 @@ def test_sampler_shows_a_specialist_its_blind_spot_at_its_share():
 
     task = tasks.load("logic", split="train", n=400, seed=0)
     spec = SPEC["zoo3-spec-b"]  # blind to logic's "not"
-    sampler = mt.Sampler(spec, {"logic": task}, [], char_tokenizer(), __import__("random").Random(0))
+    sampler = mt.TaskSampler(spec, {"logic": task}, [], char_tokenizer(), __import__("random").Random(0))
     tok = char_tokenizer()
     kind = {tok.apply_chat_template([{"role": "user", "content": task.prompt(e)}], tokenize=False,
                                     add_generation_prompt=True): e.metadata["kind"] for e in task}
