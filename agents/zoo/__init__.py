@@ -37,10 +37,12 @@ spots). Known weakness: debate's second round changes many answers but makes eve
 On 500 arith test questions (seed 0, greedy): best single model 0.732; at least one model right 0.960; vote_v0 0.862; debate_v0 (2 rounds) 0.620; debate's round 2 changed 1318 of 2500 answers.
 
 Example:
-    >>> import agents, crl_envs                                              # doctest: +SKIP
-    >>> zoo = agents.pool("zoo")                                             # doctest: +SKIP
-    >>> task = crl_envs.tasks.load("arith", n=100, **agents.zoo.TASK_OPTIONS)  # doctest: +SKIP
-    >>> crl_envs.run_episodes(crl_envs.vote_v0, zoo, task)                   # doctest: +SKIP
+    >>> import agents, crl_envs
+    >>> zoo = agents.pool("zoo")
+    >>> task = crl_envs.tasks.load("arith", n=10, **agents.zoo.TASK_OPTIONS)
+    >>> episodes = crl_envs.run_episodes(crl_envs.vote_v0, zoo, task, progress=False)
+    >>> len(episodes), zoo.names[0]
+    (10, 'zoo-nocarry')
 """
 
 from __future__ import annotations
