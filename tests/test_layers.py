@@ -8,8 +8,8 @@ import that points up the layer order, naming the edge, its file and line.
 
 Not read: imports by a string (``importlib.import_module``, the CLI's ``PLUGINS``, PEP 562 tables, the
 protocol factories the roster's table names); a facade names its other lazy exports under
-``TYPE_CHECKING``, which is read. Implicit imports of a module's parent packages are not edges (Python runs them for every import); an explicit ``from pkg import name``
-is an edge to ``pkg`` unless ``pkg.name`` is a module, then to that module.
+``TYPE_CHECKING``, which is read. Implicit imports of a module's parent packages are not edges (Python
+runs them for every import); an explicit ``from pkg import name`` is an edge to ``pkg`` unless ``pkg.name`` is a module, then to that module.
 """
 
 from __future__ import annotations
