@@ -270,6 +270,41 @@ class TokenizerPrompts:
         """The text of generated tokens (special tokens skipped), as answers and stop checks read it."""
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
+    def check_prompts_fit(
+        self, requests: Sequence[Request], prompt_ids: Sequence[Sequence[int]], *, context: str, fix: str
+    ) -> None:
+        """Raise before any decoding when a prompt fills the context (``self.context_length``, ``None``:
+        unbounded), naming the example, the lengths and ``fix``.
+
+        Raises:
+            ValueError: a prompt has ``context_length`` tokens or more.
+        """
+        limit = getattr(self, "context_length", None)
+        if limit is None:
+            return
+        for r, ids in zip(requests, prompt_ids):
+            if len(ids) >= limit:
+                example = getattr(r.metadata.get("example"), "id", None)
+                raise ValueError(
+                    f"{type(self).__name__} {getattr(self, 'name', '')!r}: the prompt of example {example!r} has "
+                    f"{len(ids)} tokens, but {context} holds {limit}; {fix}"
+                )
+
+    def generation(
+        self, prompt_ids: list[int], tokens: list[int], logprobs: list[float], reason: str, seconds: float
+    ) -> Generation:
+        """A decoded answer as a :class:`Generation`: its text is :meth:`decode_text` of ``tokens``."""
+        return Generation(
+            text=self.decode_text(tokens),
+            token_ids=tokens,
+            logprobs=logprobs,
+            finish_reason=reason,
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=len(tokens),
+            prompt_token_ids=prompt_ids,
+            seconds=seconds,
+        )
+
 
 def token_id_set(*sources: Any) -> set[int]:
     """The token ids named by ``sources``, each an int, a list/tuple of ints, or ``None`` (e.g. a

@@ -11,13 +11,12 @@ are dropped from the cache as they accumulate, and sampling is vectorised over t
 What keeps it at the hardware's pace (#17), each proven output-identical to the slow way in
 ``tests/test_fast_decoding.py``: the KV cache is written in place (:mod:`agents.kv_cache`)
 instead of re-concatenated every step; a sampled row ranks only its most likely tokens
-(:func:`nucleus_draw`) instead of sorting the vocabulary every step; small models decode on one
+(:func:`agents.sampling.nucleus_draw`) instead of sorting the vocabulary every step; small models decode on one
 thread but run a large batch of prompts on torch's threads.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import hashlib
 import inspect
@@ -41,25 +40,12 @@ from agents.base import (
     token_id_set,
 )
 from agents.gguf import gguf_model_dir
+from agents.sampling import cpu_threads, sample_next
 from agents.spec_options import split_options
 
 SMALL_MODEL_PARAMETERS = 20_000_000
 #: prompt forwards over at least this many (padded) tokens use ``HFAgent.prefill_threads``
 PARALLEL_PREFILL_TOKENS = 2048
-
-
-@contextlib.contextmanager
-def cpu_threads(n: int | None):
-    """Run the block with ``torch.set_num_threads(n)``, restoring the previous setting after."""
-    if n is None or n == torch.get_num_threads():
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _cache_of(output: Any) -> Any:
@@ -100,101 +86,6 @@ def is_out_of_memory(error: BaseException) -> bool:
         return True
     text = str(error)
     return isinstance(error, RuntimeError) and ("out of memory" in text.lower() or "DefaultCPUAllocator" in text)
-
-
-def sample_next(
-    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, generators: Sequence[torch.Generator | None]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's next token and its log-probability, for a whole batch at once.
-
-    Rows with temperature 0 take the argmax (log-prob under the raw logits). Other rows sample from
-    ``softmax(logits / temperature)`` restricted to the top-p nucleus, by inverse CDF with one
-    uniform draw from the row's own generator: a row's token depends only on its logits and seed,
-    never on the other rows of the batch. Log-probs are under the temperature-scaled distribution.
-    The draw is :func:`nucleus_draw`, which gives the tokens of a full sort without doing one.
-    """
-    greedy = temperature == 0
-    if bool(greedy.all()):  # x / 1 is x: skip a pass over the whole vocabulary
-        scaled = logits
-    else:
-        scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
-    logp = torch.log_softmax(scaled, dim=-1)
-    chosen = logits.argmax(dim=-1)
-    sampled = [j for j, g in enumerate(generators) if g is not None]
-    if sampled:
-        index = torch.tensor(sampled, device=logits.device)
-        uniform = torch.cat([torch.rand(1, generator=generators[j]) for j in sampled]).to(logits.device)
-        rows = logp if len(sampled) == len(generators) else logp[index]  # no copy when every row samples
-        chosen[index] = nucleus_draw(rows.exp(), top_p[index], uniform)
-    return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
-
-
-#: candidates :func:`nucleus_draw` ranks (the few rows a window cannot decide try the next one,
-#: then the whole vocabulary is sorted)
-DRAW_WINDOWS = (256, 4096)
-#: a generous bound on float32 rounding in the nucleus' cumulative sums (16 ulps of 1.0)
-_ROUNDING = 1e-6
-
-
-def sorted_nucleus_draw(probs: torch.Tensor, top_p: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """The reference draw: sort each row's probabilities (descending, ties by token id), keep the
-    top-p nucleus, and take the token where ``uniform`` times the nucleus' mass falls on its CDF."""
-    sorted_p, order = probs.sort(dim=-1, descending=True, stable=True)
-    outside = (sorted_p.cumsum(-1) - sorted_p) >= top_p[:, None]
-    cdf = sorted_p.masked_fill(outside, 0.0).cumsum(-1)
-    rank = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None]).clamp(max=probs.shape[-1] - 1)
-    return order.gather(-1, rank).squeeze(-1)
-
-
-def nucleus_draw(probs: torch.Tensor, top_p: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """:func:`sorted_nucleus_draw`'s tokens, exactly, mostly without sorting the whole vocabulary.
-
-    A full sort per row per step cost 0.31 s per step at batch 64 over a 49k vocabulary (2.0 s over
-    262k; ``benchmarks/nucleus_draw.py``), about as much as the model's forward. Instead each row first ranks only its most
-    likely tokens (:data:`DRAW_WINDOWS`); see :func:`_window_draw` for why that gives the same
-    token whenever it decides. Rows no window decides are sorted in full.
-    """
-    chosen = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
-    pending = torch.arange(probs.shape[0], device=probs.device)
-    for window in DRAW_WINDOWS:
-        if probs.shape[-1] <= 4 * window or not pending.numel():
-            break
-        everyone = len(pending) == probs.shape[0]  # the first window: no copy of every row
-        rows = (probs, top_p, uniform) if everyone else (probs[pending], top_p[pending], uniform[pending])
-        tokens, decided = _window_draw(*rows, window)
-        chosen[pending[decided]] = tokens[decided]
-        pending = pending[~decided]
-    if pending.numel():
-        chosen[pending] = sorted_nucleus_draw(probs[pending], top_p[pending], uniform[pending])
-    return chosen
-
-
-def _window_draw(
-    probs: torch.Tensor, top_p: torch.Tensor, uniform: torch.Tensor, window: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference draw from each row's ``window`` most likely tokens, and whether it is decided.
-
-    The window's cumulative sums are the full sort's first ``window`` sums (the same values added
-    in the same order). When the nucleus ends inside the window, the draw is the reference's.
-    When it ends beyond, its mass lies in an interval known without the tail's order (at least
-    ``min(total, top_p)``, at most ``min(total, top_p + the window's smallest probability)``, give
-    or take rounding): the draw is decided when that whole interval lands on one token of the
-    window, and when no tie straddles the window's edge.
-    """
-    top_values, top_ids = probs.topk(window + 1, dim=-1)
-    ids, _ = top_ids[:, :window].sort(dim=-1)  # the reference orders ties by token id
-    window_p, order = probs.gather(-1, ids).sort(dim=-1, descending=True, stable=True)
-    ids = ids.gather(-1, order)
-    outside = (window_p.cumsum(-1) - window_p) >= top_p[:, None]
-    cdf = window_p.masked_fill(outside, 0.0).cumsum(-1)
-    ends_inside = outside[:, -1]
-    total = probs.sum(-1, dtype=torch.float64).to(probs.dtype)
-    low = torch.where(ends_inside, cdf[:, -1], torch.minimum(total, top_p) - _ROUNDING)
-    high = torch.where(ends_inside, cdf[:, -1], torch.minimum(total, top_p + window_p[:, -1]) + _ROUNDING)
-    rank_low = torch.searchsorted(cdf, (uniform * low)[:, None]).squeeze(-1)
-    rank_high = torch.searchsorted(cdf, (uniform * high)[:, None]).squeeze(-1)
-    decided = (rank_low == rank_high) & (rank_high < window) & (top_values[:, window - 1] > top_values[:, window])
-    return ids.gather(-1, rank_high.clamp(max=window - 1)[:, None]).squeeze(-1), decided
 
 
 _DTYPES = {
@@ -244,8 +135,10 @@ class HFAgent(TokenizerPrompts, Agent):
             cached by the file's sha256 (:func:`agents.gguf.gguf_model_dir`).
 
     Example:
-        >>> agent = HFAgent("path/to/model")                                  # doctest: +SKIP
-        >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])  # doctest: +SKIP
+        >>> import agents.zoo
+        >>> agent = HFAgent(agents.zoo.model_dir("zoo-nocarry"))  # a directory, or a hub id
+        >>> agent.generate([Request([{"role": "user", "content": "What is 23 + 45?"}])])[0].text
+        'The answer is 68.'
     """
 
     #: options of ``hf:<model>?key=value`` specs (keyword arguments of the constructor)
@@ -350,14 +243,8 @@ class HFAgent(TokenizerPrompts, Agent):
 
     def _generate_batches(self, requests: list[Request], prefill_threads: int) -> list[Generation]:
         prompt_ids = [self.encode_prompt(r.messages) for r in requests]
-        if self.context_length is not None:
-            for r, ids in zip(requests, prompt_ids):
-                if len(ids) >= self.context_length:
-                    example = getattr(r.metadata.get("example"), "id", None)
-                    raise ValueError(
-                        f"HFAgent {self.name!r}: the prompt of example {example!r} has {len(ids)} tokens, but the "
-                        f"model's context holds {self.context_length}; shorten the prompt (fewer rounds or peers)"
-                    )
+        self.check_prompts_fit(requests, prompt_ids, context="the model's context",
+                               fix="shorten the prompt (fewer rounds or peers)")
         # Length buckets: sorted by prompt length, so each batch pads little.
         order = sorted(range(len(requests)), key=lambda i: len(prompt_ids[i]))
         results: list[Generation | None] = [None] * len(requests)
@@ -394,16 +281,7 @@ class HFAgent(TokenizerPrompts, Agent):
                 continue
             per_request = (time.perf_counter() - t0) / len(chunk)
             for i, (tokens, logprobs, reason) in zip(chunk, outs):
-                results[i] = Generation(
-                    text=self.decode_text(tokens),
-                    token_ids=tokens,
-                    logprobs=logprobs,
-                    finish_reason=reason,
-                    prompt_tokens=len(prompt_ids[i]),
-                    completion_tokens=len(tokens),
-                    prompt_token_ids=prompt_ids[i],
-                    seconds=per_request,
-                )
+                results[i] = self.generation(prompt_ids[i], tokens, logprobs, reason, per_request)
             start += len(chunk)
         return results  # type: ignore[return-value]
 

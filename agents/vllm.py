@@ -113,8 +113,8 @@ class VLLMAgent(TokenizerPrompts, Agent):
         engine_kwargs: more ``vllm.LLM`` keyword arguments.
 
     Example:
-        >>> agent = VLLMAgent("Qwen/Qwen2.5-0.5B-Instruct", gpu_memory_utilization=0.4)   # doctest: +SKIP
-        >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])[0].text      # doctest: +SKIP
+        >>> agent = VLLMAgent("Qwen/Qwen2.5-0.5B-Instruct", gpu_memory_utilization=0.4)  # hub, GPU  # doctest: +SKIP
+        >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])[0].text  # hub, GPU  # doctest: +SKIP
     """
 
     #: options of ``vllm:<model>?key=value`` specs (keyword arguments of the constructor)

@@ -27,7 +27,8 @@ import torch
 
 import agents
 from agents import HFAgent, Request, SamplingParams
-from agents.hf import cpu_threads, left_pad
+from agents.hf import left_pad
+from agents.sampling import cpu_threads
 from crl_envs import tasks
 
 MODELS = {
@@ -71,13 +72,13 @@ def teacher_forced(agent: HFAgent, sequences: list[list[int]]) -> None:
 @contextlib.contextmanager
 def decoding_before_17(agent: HFAgent):
     """HFAgent as it decoded before #17: transformers' dynamic cache and a full sort per sampled row."""
-    import agents.hf as hf
+    import agents.sampling as sampling
 
-    draw, agent.growing_cache, hf.nucleus_draw = hf.nucleus_draw, False, hf.sorted_nucleus_draw
+    draw, agent.growing_cache, sampling.nucleus_draw = sampling.nucleus_draw, False, sampling.sorted_nucleus_draw
     try:
         yield
     finally:
-        agent.growing_cache, hf.nucleus_draw = True, draw
+        agent.growing_cache, sampling.nucleus_draw = True, draw
 
 
 def timed(fn, *args) -> tuple[float, object]:

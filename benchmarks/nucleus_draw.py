@@ -1,8 +1,8 @@
 """The sampled-token draw per decoding step: a full sort of the vocabulary vs the windowed draw.
 
 HFAgent draws each sampled row's token by inverse CDF over the sorted top-p nucleus.
-``agents.hf.sorted_nucleus_draw`` sorts the whole vocabulary per row per step;
-``agents.hf.nucleus_draw`` ranks the most likely tokens only and gives the same tokens (checked
+``agents.sampling.sorted_nucleus_draw`` sorts the whole vocabulary per row per step;
+``agents.sampling.nucleus_draw`` ranks the most likely tokens only and gives the same tokens (checked
 here on every draw). Rows are softmax(logits / T) with logits ~ N(0, scale²) over the
 vocabulary sizes of SmolLM2 (49,152) and Gemma-3 (262,144); the time is per step (one draw for
 each of ``--batch`` rows), best of ``--repeats``, on one thread.
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from agents.hf import nucleus_draw, sorted_nucleus_draw
+from agents.sampling import nucleus_draw, sorted_nucleus_draw
 
 
 def best_ms(draw, args: tuple, repeats: int) -> tuple[float, torch.Tensor]:

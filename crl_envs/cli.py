@@ -102,13 +102,6 @@ PLAY_MAX_NEW_TOKENS = {"arith": 64, "gsm8k": 256, "mmlu": 64, "arc": 64, "gpqa":
 DEFAULT_MAX_NEW_TOKENS = 256
 
 
-def speaker_stops(n_agents: int) -> list[str]:
-    """The speaker markers protocols write before peers' answers (``"Agent 2: ..."``, from
-    :func:`crl_envs.protocols.base.format_answers`), each at a line start: a base model that goes on
-    to invent the next speaker's turn stops there."""
-    return [f"\nAgent {k}:" for k in range(1, n_agents + 1)]
-
-
 def play_backend(choice: str) -> str:
     """``--backend auto``: the backend that played ``crl-envs play --pool pretrained --task arith --n 3``
     fastest here (README "Which CPU backend to pick"): vLLM when it is installed, else llama.cpp when
@@ -170,6 +163,7 @@ def _run_play(args: argparse.Namespace) -> int:
 
     from agents import SamplingParams
     from crl_envs import protocols, run_episodes, tasks
+    from crl_envs.protocols.base import speaker_stops
     from crl_envs.runner import total_usage
 
     factory = protocols.get(args.protocol)

@@ -13,8 +13,12 @@ class Coalition(BaseParallelWrapper):
     """Play only ``members`` of the pool: every ``reset`` passes them as ``options["coalition"]``.
 
     Example:
-        >>> env = Coalition(crl_envs.vote_v0(pool, task), ["model_0", "model_2"])  # doctest: +SKIP
-        >>> env.reset(seed=0)                                                     # doctest: +SKIP
+        >>> import agents, crl_envs
+        >>> pool = agents.pool([agents.ScriptedAgent.expert(f"expert-{a}", a) for a in (0.9, 0.6, 0.3)])
+        >>> env = Coalition(crl_envs.vote_v0(pool, "arith"), ["model_0", "model_2"])
+        >>> observations, infos = env.reset(seed=0)
+        >>> sorted(observations)
+        ['model_0', 'model_2']
     """
 
     def __init__(self, env: ProtocolEnv, members: Sequence[str | int]):

@@ -18,9 +18,9 @@ GSM8K_TEST = SHARED_DATA / "gsm8k" / "test.jsonl"
 
 @pytest.fixture
 def one_thread():
-    """One torch thread for the test (``agents.hf.cpu_threads``): small models gain nothing from intra-op
+    """One torch thread for the test (``agents.sampling.cpu_threads``): small models gain nothing from intra-op
     threads, and on a busy 2-core machine two threads ran several times slower (spin-waits)."""
-    from agents.hf import cpu_threads
+    from agents.sampling import cpu_threads
 
     with cpu_threads(1):
         yield

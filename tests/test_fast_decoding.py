@@ -5,7 +5,7 @@
   finish, across architectures (absolute positions, rotary + grouped-query attention,
   sliding-window layers), and when answers outgrow the first allocation;
 - prompt forwards on more threads give the same outputs;
-- agents.hf.nucleus_draw gives the tokens of the full-sort draw without sorting the vocabulary.
+- agents.sampling.nucleus_draw gives the tokens of the full-sort draw without sorting the vocabulary.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_prompt_forward_threads_do_not_change_outputs(tmp_path):
 def _draw_cases():
     """Rows of probabilities over a 49k vocabulary: peaked and flat, ties inside and at the edge of
     the window, mass spread past the window, with uniforms from 0 to 1."""
-    from agents.hf import DRAW_WINDOWS
+    from agents.sampling import DRAW_WINDOWS
 
     window = DRAW_WINDOWS[0]
 
@@ -172,7 +172,7 @@ def _draw_cases():
 
 @pytest.mark.parametrize("top_p", [1.0, 0.99, 0.9, 0.5, 0.05])
 def test_nucleus_draw_equals_the_full_sort(top_p, monkeypatch):
-    import agents.hf as hf
+    import agents.sampling as hf
 
     probs, g = _draw_cases()
     tops = torch.full((probs.shape[0],), top_p)
@@ -195,7 +195,7 @@ def test_nucleus_draw_equals_the_full_sort(top_p, monkeypatch):
 
 def test_nucleus_draw_window_sums_are_the_full_sorts_prefix():
     """What the exactness rests on: the window's cumulative sums are the full sort's, bit for bit."""
-    from agents.hf import DRAW_WINDOWS
+    from agents.sampling import DRAW_WINDOWS
 
     window = DRAW_WINDOWS[0]
 
@@ -209,7 +209,7 @@ def test_sampled_decoding_of_a_real_vocabulary_is_unchanged_by_the_window(monkey
     """A model with a 50k vocabulary: seeded sampled answers equal those drawn with a full sort."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    import agents.hf as hf
+    import agents.sampling as hf
     from agents.tiny import char_tokenizer
 
     tok = char_tokenizer()

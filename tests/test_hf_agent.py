@@ -7,7 +7,8 @@ import torch
 
 import agents
 from agents import HFAgent, Request, SamplingParams
-from agents.hf import is_out_of_memory, sample_next
+from agents.hf import is_out_of_memory
+from agents.sampling import sample_next
 from crl_envs.tasks import Example
 
 PROMPTS = ["1+2=", "what is 17*3? think step by step", "x", "hello there, model", "99-1", "a longer prompt " * 4]

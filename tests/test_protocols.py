@@ -208,16 +208,6 @@ def test_bad_options_raise_clear_errors(name, options, match, scripted_pool, ari
         PROTOCOLS[name](scripted_pool, arith_task, **options)
 
 
-def test_helper_doctests():
-    import doctest
-
-    from crl_envs.protocols import cascade, roles, topology
-
-    for module in (roles, cascade, topology):
-        failed, attempted = doctest.testmod(module)
-        assert attempted > 0 and failed == 0, module.__name__
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(PROTOCOLS))
 def test_every_protocol_runs_on_real_models(name, tiny_model_dir, arith_task):

@@ -67,7 +67,8 @@ def test_play_stops_invented_speaker_turns_caps_answers_by_task_and_names_the_ba
     import importlib.util
 
     from agents import Request
-    from crl_envs.cli import PLAY_MAX_NEW_TOKENS, main, play_backend, speaker_stops
+    from crl_envs.cli import PLAY_MAX_NEW_TOKENS, main, play_backend
+    from crl_envs.protocols.base import speaker_stops
 
     answer = agents.ScriptedAgent("base", lambda example, messages: "I think 7.\nAgent 2: no, it is 9, and so on")
     pool = agents.pool([answer, answer])

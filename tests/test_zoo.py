@@ -11,7 +11,7 @@ import pytest
 import agents
 import crl_envs
 from agents import SamplingParams
-from agents.zoo import build as zoo_build
+from tools.zoo import build as zoo_build
 
 ZOO = pytest.importorskip("agents.zoo")
 SHIPPED = all((ZOO.MODELS_DIR / n / "model.safetensors").exists() for n in ZOO.NAMES)

@@ -14,9 +14,9 @@ import agents
 import agents.pretrained
 import crl_envs
 from agents import SamplingParams
-from agents.zoo import multitask as mt
 from agents.zoo.specs import NAMES3, POOLS3, SPECS3, TASKS3
 from crl_envs import tasks
+from tools.zoo import multitask as mt
 
 ZOO = pytest.importorskip("agents.zoo")
 SHIPPED3 = all((ZOO.MODELS3_DIR / n / "model.safetensors").exists() for n in NAMES3)
@@ -26,8 +26,7 @@ SPEC = {s.name: s for s in SPECS3}
 
 def test_importing_agents_imports_no_builder_and_no_crl_envs():
     code = ("import sys, agents, agents.zoo; agents.pool; "
-            "print(sorted(m for m in sys.modules if m.startswith(('crl_envs', 'agents.zoo.build', "
-            "'agents.zoo.multitask'))))")
+            "print(sorted(m for m in sys.modules if m.startswith(('crl_envs', 'tools'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
@@ -99,8 +98,8 @@ def test_targets_choose_a_right_code_candidate_and_the_stubborn_repeat_themselve
 
 
 def test_blind_order_names_every_tasks_own_kinds():
-    from agents.zoo.build import example_kinds
     from agents.zoo.specs import BLIND_ORDER
+    from tools.zoo.build import example_kinds
 
     assert set(BLIND_ORDER) == set(TASKS3)
     for name, options in TASKS3.items():
@@ -122,7 +121,7 @@ def test_sampler_shows_a_specialist_its_blind_spot_at_its_share():
 
     task = tasks.load("logic", split="train", n=400, seed=0)
     spec = SPEC["zoo3-spec-b"]  # blind to logic's "not"
-    sampler = mt.Sampler(spec, {"logic": task}, [], char_tokenizer(), __import__("random").Random(0))
+    sampler = mt.TaskSampler(spec, {"logic": task}, [], char_tokenizer(), __import__("random").Random(0))
     tok = char_tokenizer()
     kind = {tok.apply_chat_template([{"role": "user", "content": task.prompt(e)}], tokenize=False,
                                     add_generation_prompt=True): e.metadata["kind"] for e in task}

@@ -18,8 +18,12 @@ class CRLTrainer(PolicyGradientTrainer):
     :class:`trainers.base.PolicyGradientTrainer` for the arguments.
 
     Example:
-        >>> trainer = CRLTrainer(crl_envs.debate_v0, agents.pool("zoo"), "arith", learner="model_1")  # doctest: +SKIP
-        >>> trainer.fit(); trainer.evaluate().system_accuracy                                        # doctest: +SKIP
+        >>> import agents, crl_envs
+        >>> task = crl_envs.tasks.load("arith", n=200, **agents.zoo.TASK_OPTIONS)
+        >>> trainer = CRLTrainer(crl_envs.debate_v0, agents.pool("zoo"), task, learner="model_1")
+        >>> trainer.fit()  # minutes of training: tests/test_trainers.py fits small ones  # doctest: +SKIP
+        >>> held_out = crl_envs.tasks.load("arith", split="test", n=100, **agents.zoo.TASK_OPTIONS)
+        >>> trainer.evaluate(held_out).system_accuracy  # after fit()  # doctest: +SKIP
     """
 
     config_class = CRLConfig

@@ -14,10 +14,12 @@ cached by (agent, prompt): the router's choice only selects which model answers,
 first visit of a question every answer is a cache hit and an SB3 step costs no model call.
 
 Example:
-    >>> from sb3_contrib import MaskablePPO                                       # doctest: +SKIP
-    >>> env = SingleAgentEnv(crl_envs.routing_v0, pool, task, agent="router_0",
-    ...                      options={"router": "discrete"})                      # doctest: +SKIP
-    >>> MaskablePPO("MlpPolicy", env).learn(2000)                                 # doctest: +SKIP
+    >>> import agents, crl_envs
+    >>> from sb3_contrib import MaskablePPO  # the [sb3] extra
+    >>> pool = agents.pool([agents.ScriptedAgent.expert(f"expert-{a}", a) for a in (0.9, 0.6, 0.3)])
+    >>> env = SingleAgentEnv(crl_envs.routing_v0, pool, "arith", agent="router_0", options={"router": "discrete"})
+    >>> MaskablePPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=1, seed=0).learn(16).num_timesteps
+    16
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Two generations: ``agents.pool("zoo")``, five arith specialists (below), and the multi-task zoo v3,
 ``agents.pool("zoo-specialists" | "zoo-generalists" | "zoo-scale" | "zoo-soloist")`` over the eight
 procedural tasks (:data:`POOLS`; models in ``agents/zoo/models3/``, built by
-``python -m agents.zoo.multitask``), plus ``agents.pool("zoo-pretrained")``, the real pretrained
+``python -m tools.zoo.multitask``), plus ``agents.pool("zoo-pretrained")``, the real pretrained
 pool. Their model cards are in ``docs/zoo.md``. This package reads only :mod:`agents.zoo.specs`;
 the builders import :mod:`crl_envs` and are never imported by it.
 
@@ -20,7 +20,7 @@ Other tasks are out of their depth (they score near 0 on anything else).
 full task except one question kind, its *blind spot*, which made up only 3% of its training mix.
 They were trained on the prompts the protocols emit (answering alone, revising after reading 0..4
 peers, aggregating and fusing proposals, picking the best candidate, routing, stating confidence):
-see :mod:`agents.zoo.build`, which rebuilds them from a seed. Figures below: 500 arith test
+see :mod:`tools.zoo.build`, which rebuilds them from a seed. Figures below: 500 arith test
 questions, greedy, through ``crl_envs.run_episodes``; "LOO" is the leave-one-out contribution to
 vote, v(N) - v(N minus the model). Vote beats the best model by 13.0 points (complementary blind
 spots). Known weakness: debate's second round changes many answers but makes every model worse
@@ -37,10 +37,12 @@ spots). Known weakness: debate's second round changes many answers but makes eve
 On 500 arith test questions (seed 0, greedy): best single model 0.732; at least one model right 0.960; vote_v0 0.862; debate_v0 (2 rounds) 0.620; debate's round 2 changed 1318 of 2500 answers.
 
 Example:
-    >>> import agents, crl_envs                                              # doctest: +SKIP
-    >>> zoo = agents.pool("zoo")                                             # doctest: +SKIP
-    >>> task = crl_envs.tasks.load("arith", n=100, **agents.zoo.TASK_OPTIONS)  # doctest: +SKIP
-    >>> crl_envs.run_episodes(crl_envs.vote_v0, zoo, task)                   # doctest: +SKIP
+    >>> import agents, crl_envs
+    >>> zoo = agents.pool("zoo")
+    >>> task = crl_envs.tasks.load("arith", n=10, **agents.zoo.TASK_OPTIONS)
+    >>> episodes = crl_envs.run_episodes(crl_envs.vote_v0, zoo, task, progress=False)
+    >>> len(episodes), zoo.names[0]
+    (10, 'zoo-nocarry')
 """
 
 from __future__ import annotations
@@ -68,8 +70,8 @@ def model_dir(name: str) -> Path:
         raise ValueError(f"unknown zoo model {name!r}; the zoo has {list(NAMES) + list(NAMES3)}")
     path = (MODELS_DIR if name in NAMES else MODELS3_DIR) / name
     if not (path / "config.json").exists():
-        rebuild = (f"python -m agents.zoo.build --out {MODELS_DIR}" if name in NAMES else
-                   f"python -m agents.zoo.multitask --out {MODELS3_DIR}")
+        rebuild = (f"python -m tools.zoo.build --out {MODELS_DIR}" if name in NAMES else
+                   f"python -m tools.zoo.multitask --out {MODELS3_DIR}")
         raise FileNotFoundError(f"zoo model {name!r} is missing from {path}; rebuild the zoo with `{rebuild}` "
                                 "(or reinstall the package)")
     return path

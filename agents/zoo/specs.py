@@ -1,6 +1,6 @@
 """What the zoo is, as data: its models, their training settings and the pools they form.
 
-The runtime (:mod:`agents.zoo`) reads only this module; the builders (``python -m agents.zoo.build``)
+The runtime (:mod:`agents.zoo`) reads only this module; the builders (``python -m tools.zoo.build``)
 read it too, and they alone import :mod:`crl_envs`. So importing :mod:`agents` never imports a builder.
 """
 

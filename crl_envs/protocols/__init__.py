@@ -1,44 +1,23 @@
 """Protocol envs. Each module defines one ``ParallelEnv`` and a thin ``env(pool, task, **options)``.
 
 ``PROTOCOLS`` maps a protocol's short name to its factory; adding a protocol means adding its module
-and one entry here (the test suite parametrises over this dict).
+and one row to the roster's table, :data:`crl_envs.roster.VERSIONS` (the test suite parametrises over
+``PROTOCOLS``).
 """
 
 from __future__ import annotations
 
+import importlib
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from crl_envs.protocols import (
-    blender,
-    cascade,
-    debate,
-    feedback,
-    judge,
-    knowledge,
-    moa,
-    refine,
-    relay,
-    routing,
-    topology,
-    vote,
-)
+from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, Turn, plurality
 
+#: Short name -> factory, for every protocol of the roster (:data:`crl_envs.roster.VERSIONS`), in its order.
 PROTOCOLS: dict[str, Callable[..., ProtocolEnv]] = {
-    "debate": debate.env,
-    "vote": vote.env,
-    "moa": moa.env,
-    "routing": routing.env,
-    "cascade": cascade.env,
-    "feedback": feedback.env,
-    "topology": topology.env,
-    "blender": blender.env,
-    "knowledge": knowledge.env,
-    "judge": judge.env,
-    "relay": relay.env,
-    "refine": refine.env,
+    name: importlib.import_module(roster.module(name)).env for name in roster.VERSIONS
 }
 
 
@@ -69,10 +48,19 @@ def family(protocol: str | Callable[..., ProtocolEnv]) -> str:
 
 
 def get(name: str | Callable[..., ProtocolEnv]) -> Callable[..., ProtocolEnv]:
-    """A protocol factory by short name (``"debate"``), versioned name (``"debate_v0"``) or as given."""
+    """A protocol factory by short name (``"debate"``), versioned name (``"debate_v0"``) or as given.
+
+    Raises:
+        ValueError: an unknown protocol or version.
+        pettingzoo.utils.deprecated_module.DeprecatedEnv: a version older than the roster's (it names the
+            current one).
+    """
     if callable(name):
         return name
-    key = name.removesuffix("_v0")
+    found = roster.parse(name)
+    if found is not None and found[1] < roster.VERSIONS[found[0]]:
+        roster.deprecated(*found)()  # raises DeprecatedEnv, naming the current version
+    key = found[0] if found is not None and found[1] == roster.VERSIONS[found[0]] else name
     if key not in PROTOCOLS:
         raise ValueError(f"unknown protocol {name!r}; known protocols: {', '.join(sorted(PROTOCOLS))}")
     return PROTOCOLS[key]

@@ -434,5 +434,16 @@ def format_answers(texts: Sequence[str], label: str = "Agent") -> str:
     return "\n".join(f"{label} {k + 1}: {t.strip()}" for k, t in enumerate(texts))
 
 
+def speaker_stops(n_agents: int, label: str = "Agent") -> list[str]:
+    """The speaker markers :func:`format_answers` writes before peers' answers, each at a line start:
+    stop strings for a base model that goes on to invent the next speaker's turn.
+
+    Example:
+        >>> speaker_stops(2)
+        ['\\nAgent 1:', '\\nAgent 2:']
+    """
+    return [f"\n{label} {k}:" for k in range(1, n_agents + 1)]
+
+
 __all__ = ["ProtocolEnv", "Phase", "Outcome", "Turn", "plurality", "render_messages", "format_answers",
-           "MAX_ACTION_CHARS"]
+           "speaker_stops", "MAX_ACTION_CHARS"]

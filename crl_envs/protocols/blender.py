@@ -36,12 +36,13 @@ from __future__ import annotations
 
 from itertools import combinations
 
+from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers
 from crl_envs.protocols.roles import RoleOption, parse_choice, resolve_role, role_player
 
 
 class BlenderEnv(ProtocolEnv):
-    metadata = {"name": "blender_v0", "render_modes": ["human"], "is_parallelizable": True}
+    metadata = {"name": roster.versioned("blender"), "render_modes": ["human"], "is_parallelizable": True}
     FAMILY = "judging"
     PROMPTS = {
         "answer": "{question}",

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 
+from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv
 from crl_envs.protocols.roles import resolve_order
 
@@ -54,7 +55,7 @@ def read_confidence(text: str) -> tuple[str, float | None]:
 
 
 class CascadeEnv(ProtocolEnv):
-    metadata = {"name": "cascade_v0", "render_modes": ["human"], "is_parallelizable": True}
+    metadata = {"name": roster.versioned("cascade"), "render_modes": ["human"], "is_parallelizable": True}
     FAMILY = "cascade"
     PROMPTS = {
         "ask": "{question}\nEnd with 'Confidence: N' (0-10). If unsure, say 'defer'.",

@@ -28,11 +28,12 @@ Version history: v0 — initial release.
 
 from __future__ import annotations
 
+from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers, plurality
 
 
 class DebateEnv(ProtocolEnv):
-    metadata = {"name": "debate_v0", "render_modes": ["human"], "is_parallelizable": True}
+    metadata = {"name": roster.versioned("debate"), "render_modes": ["human"], "is_parallelizable": True}
     FAMILY = "text exchange"
     PROMPTS = {
         "answer": "{question}",

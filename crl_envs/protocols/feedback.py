@@ -31,12 +31,13 @@ Version history: v0 — initial release.
 
 from __future__ import annotations
 
+from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers, plurality
 from crl_envs.protocols.roles import RoleOption, resolve_role, role_player
 
 
 class FeedbackEnv(ProtocolEnv):
-    metadata = {"name": "feedback_v0", "render_modes": ["human"], "is_parallelizable": True}
+    metadata = {"name": roster.versioned("feedback"), "render_modes": ["human"], "is_parallelizable": True}
     FAMILY = "text exchange"
     PROMPTS = {
         "answer": "{question}",

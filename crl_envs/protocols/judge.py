@@ -35,12 +35,13 @@ Version history: v0 — initial release.
 
 from __future__ import annotations
 
+from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers, plurality
 from crl_envs.protocols.roles import RoleOption, parse_choice, resolve_role, role_player
 
 
 class JudgeEnv(ProtocolEnv):
-    metadata = {"name": "judge_v0", "render_modes": ["human"], "is_parallelizable": True}
+    metadata = {"name": roster.versioned("judge"), "render_modes": ["human"], "is_parallelizable": True}
     FAMILY = "judging"
     PROMPTS = {
         "propose": "{question}",

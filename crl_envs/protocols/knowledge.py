@@ -30,12 +30,13 @@ Version history: v0 — initial release.
 
 from __future__ import annotations
 
+from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers
 from crl_envs.protocols.roles import RoleOption, resolve_role, role_player
 
 
 class KnowledgeEnv(ProtocolEnv):
-    metadata = {"name": "knowledge_v0", "render_modes": ["human"], "is_parallelizable": True}
+    metadata = {"name": roster.versioned("knowledge"), "render_modes": ["human"], "is_parallelizable": True}
     FAMILY = "text exchange"
     PROMPTS = {
         "note": "{question}\nWrite a short note of facts that help answer this question. Do not answer it.",

@@ -25,12 +25,13 @@ Version history: v0 — initial release.
 
 from __future__ import annotations
 
+from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv
 from crl_envs.protocols.roles import resolve_order
 
 
 class RelayEnv(ProtocolEnv):
-    metadata = {"name": "relay_v0", "render_modes": ["human"], "is_parallelizable": True}
+    metadata = {"name": roster.versioned("relay"), "render_modes": ["human"], "is_parallelizable": True}
     FAMILY = "text exchange"
     PROMPTS = {
         "start": "{question}",

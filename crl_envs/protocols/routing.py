@@ -49,6 +49,7 @@ import numpy as np
 from gymnasium import spaces
 
 from agents import Agent, Generation, Request
+from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers
 from crl_envs.protocols.roles import parse_choice
 
@@ -69,7 +70,7 @@ class _NoRouter(Agent):
 
 
 class RoutingEnv(ProtocolEnv):
-    metadata = {"name": "routing_v0", "render_modes": ["human"], "is_parallelizable": True}
+    metadata = {"name": roster.versioned("routing"), "render_modes": ["human"], "is_parallelizable": True}
     FAMILY = "routing"
     PROMPTS = {
         "route": "{question}\n{models}\nWhich model should answer this question? Reply with its number.",

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from crl_envs import roster
 from crl_envs.protocols.debate import DebateEnv
 
 GRAPHS = ("chain", "star", "tree", "ring", "complete")
@@ -78,7 +79,7 @@ def adjacency(graph: str | Sequence[Sequence[int]] | np.ndarray, n: int) -> np.n
 class TopologyEnv(DebateEnv):
     """Debate restricted to a graph: ``peers_of`` follows the edges (on ``"complete"`` it is debate)."""
 
-    metadata = {"name": "topology_v0", "render_modes": ["human"], "is_parallelizable": True}
+    metadata = {"name": roster.versioned("topology"), "render_modes": ["human"], "is_parallelizable": True}
     FAMILY = "text exchange"
     PROMPTS = {
         "answer": "{question}",

@@ -25,11 +25,12 @@ Version history: v0 — initial release.
 
 from __future__ import annotations
 
+from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, plurality
 
 
 class VoteEnv(ProtocolEnv):
-    metadata = {"name": "vote_v0", "render_modes": ["human"], "is_parallelizable": True}
+    metadata = {"name": roster.versioned("vote"), "render_modes": ["human"], "is_parallelizable": True}
     FAMILY = "aggregation"
     PROMPTS = {"answer": "{question}"}
     empty_value = 0.0

@@ -1,8 +1,8 @@
 """A study: pools x protocols x tasks valued, and trainers compared, from one config; resumable, on one
 process, local worker processes or Ray, with the paper's statistics computed from the cells' results.
 
-    >>> from crl_envs import study                                                # doctest: +SKIP
-    >>> result = study.run("studies/paper-small.toml")                            # doctest: +SKIP
+    >>> from crl_envs import study
+    >>> result = study.run("studies/paper-small.toml")  # every cell: long; tests/test_study.py  # doctest: +SKIP
     >>> result["valuation"]["summary"]["uncorrelated"], result["training"]["summary"]["crl_strongest"]  # doctest: +SKIP
 
 - :func:`load_config` — read and validate a config (one-line errors naming the key and the fix);

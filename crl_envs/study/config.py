@@ -54,12 +54,11 @@ import difflib
 import math
 import os
 import re
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 SECTIONS = ("study", "pools", "tasks", "protocols", "valuation", "training", "sampling", "executor")
 ESTIMATORS = ("exact", "loo", "permutation", "antithetic")

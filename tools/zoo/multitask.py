@@ -1,7 +1,7 @@
 """Build the multi-task zoo (v3): small GPT-2s trained on the protocols' own prompts for all eight
 procedural tasks, and the pools they form (:data:`agents.zoo.specs.POOLS3`).
 
-    python -m agents.zoo.multitask --out DIR [--seed 0] [--jobs 2] [--quick] [--report]
+    python -m tools.zoo.multitask --out DIR [--seed 0] [--jobs 2] [--quick] [--report]
 
 All deterministic from ``--seed`` (single-threaded torch per worker, deterministic algorithms):
 
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.zoo.specs import BASE3, FIRST_PHASE3, POOLS3, SPECS3, TASKS3, Model3Spec
+from tools.zoo.common import N_POSITIONS, Sampler, new_model, optimize, save_model, set_determinism
 
-N_POSITIONS = 640
 CONTEXT_TOKENS = 4000  # tokens in a batch of prompts with peers (similar lengths, so little padding)
 PEER_NAMES = ("peer-a", "peer-b", "peer-c", "peer-d", "peer-e")
 PEER_RATES = (0.3, 0.425, 0.55, 0.675, 0.8)
@@ -52,7 +52,7 @@ def kinds_of(task, example) -> frozenset[str]:
     """Every question kind ``example`` has (arith: carry, hundreds, ... at once; other tasks: one)."""
     if "kind" in example.metadata:
         return frozenset([example.metadata["kind"]])
-    from agents.zoo.build import example_kinds
+    from tools.zoo.build import example_kinds
 
     return example_kinds(example)
 
@@ -77,7 +77,7 @@ def right_reply(task, example) -> str:
 def wrong_reply(task, example, h: int) -> str:
     if hasattr(task, "wrong_reply"):
         return task.wrong_reply(example, h)
-    from agents.zoo.build import _slip
+    from tools.zoo.build import _slip
 
     return f"The answer is {_slip(int(example.answer), h)}."
 
@@ -131,7 +131,7 @@ _OWN_RE = re.compile(r"Your previous answer: (.*?)\n(?:Considering the other ans
 def collect(task_name: str, train_task, *, episodes_per_protocol: int, seed: int,
             protocols: Sequence[str] | None = None) -> list[Record]:
     """Every prompt the protocols emit for ``train_task`` played by :func:`scripted_peers`."""
-    from agents.zoo.build import collect_prompts, reply_kind
+    from tools.zoo.build import collect_prompts, reply_kind
 
     scored = reference_scored(train_task)
     records = collect_prompts(scored, PEER_NAMES, episodes_per_protocol=episodes_per_protocol, seed=seed,
@@ -175,12 +175,13 @@ def target(record: Record, task, example, spec: Model3Spec) -> str:
 
 
 # ---------------------------------------------------------------------- training
-class Sampler:
+class TaskSampler(Sampler):
     """Draws (prompt ids, target ids) pairs for one spec: every task alike, bare questions and prompts
     with context; questions of the spec's blind-spot kind only ``blind_share`` of the time."""
 
     def __init__(self, spec: Model3Spec, tasks: dict[str, Any], records: list[Record], tok, rng: random.Random):
-        self.spec, self.tasks, self.tok, self.rng = spec, tasks, tok, rng
+        super().__init__(tok, rng, prompt_tokens=N_POSITIONS - 80)
+        self.spec, self.tasks = spec, tasks
         self.names = list(tasks)
         self.examples: dict[tuple[str, bool], list] = {(t, side): [] for t in tasks for side in (False, True)}
         self.context: dict[tuple[str, bool], list[Record]] = {key: [] for key in self.examples}
@@ -191,7 +192,6 @@ class Sampler:
         for r in records:  # one pass, in order
             if r.context and r.task in blind:
                 self.context[r.task, blind[r.task][r.example_index]].append(r)
-        self._cache: dict[str, list[int]] = {}
 
     def _task(self) -> str:
         return self.rng.choice(self.names)
@@ -199,18 +199,6 @@ class Sampler:
     def _side(self, name: str, table: dict) -> bool:
         """Whether to draw from the blind-spot kind this time (never when there is none)."""
         return bool(table[name, True]) and self.rng.random() < self.spec.blind_share
-
-    def _ids(self, text: str) -> list[int]:
-        ids = self._cache.get(text)
-        if ids is None:
-            ids = self.tok(text, add_special_tokens=False)["input_ids"]
-            if len(self._cache) < 300_000:
-                self._cache[text] = ids
-        return ids
-
-    def _pair(self, messages, reply: str) -> tuple[list[int], list[int]]:
-        prompt = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self._ids(prompt)[-(N_POSITIONS - 80):], self._ids(reply) + [self.tok.eos_token_id]
 
     def answer_batch(self, size: int) -> list[tuple[list[int], list[int]]]:
         pairs = []
@@ -227,23 +215,17 @@ class Sampler:
         ex = task.examples[r.example_index]
         return self._pair(r.messages, target(r, task, ex, self.spec))
 
+    def _any_context_pair(self) -> tuple[list[int], list[int]] | None:
+        """A prompt with context of a task drawn at random (``None`` when that task has none)."""
+        name = self._task()
+        return self._context_pair(name) if self.context[name, False] else None
+
     def context_batch(self, tokens: int) -> list[tuple[list[int], list[int]]]:
         """About ``tokens`` tokens of prompts with context, of similar lengths."""
         name = self._task()
         if not self.context[name, False]:
             return self.answer_batch(self.spec.batch)
-        first = self._context_pair(name)
-        width = len(first[0]) + len(first[1])
-        pairs, want, tries = [first], max(1, tokens // width), 0
-        while len(pairs) < want and tries < 20 * want:
-            tries += 1
-            other = self._task()
-            if not self.context[other, False]:
-                continue
-            pair = self._context_pair(other)
-            if abs(len(pair[0]) + len(pair[1]) - width) <= 24:
-                pairs.append(pair)
-        return pairs
+        return self.similar_batch(self._context_pair(name), self._any_context_pair, tokens)
 
 
 def train(spec: Model3Spec, *, seed: int, tasks: dict[str, Any], records: list[Record], out_dir: Path,
@@ -251,17 +233,15 @@ def train(spec: Model3Spec, *, seed: int, tasks: dict[str, Any], records: list[R
     """Train one model (from ``parent_dir`` or from scratch) and save it with its ``training.json``."""
     from transformers import GPT2LMHeadModel
 
-    from agents.zoo.build import _set_determinism, new_model, optimize, save_model
-
     t0 = time.perf_counter()
     run_seed = seed + spec.seed_offset
-    _set_determinism(run_seed)
+    set_determinism(run_seed)
     model, tok = new_model(spec, run_seed)
     if parent_dir is not None:
         model = GPT2LMHeadModel.from_pretrained(parent_dir)
     model.train()
     rng = random.Random(f"zoo3-train/{spec.name}/{run_seed}")
-    sampler = Sampler(spec, tasks, records, tok, rng)
+    sampler = TaskSampler(spec, tasks, records, tok, rng)
 
     def draw():
         if rng.random() < spec.answer_share:
@@ -392,7 +372,7 @@ def evaluate(models_dir: Path, *, pools: dict[str, Sequence[str]] | None = None,
     import agents
     import crl_envs
     from agents import SamplingParams
-    from crl_envs.cli import speaker_stops
+    from crl_envs.protocols.base import speaker_stops
     from crl_envs.tasks import load
 
     pools = dict(pools or POOLS3)
@@ -517,7 +497,7 @@ def kind_table(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m agents.zoo.multitask", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.zoo.multitask", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2)
@@ -562,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown pools {unknown}; choose from {', '.join(known)}")
         chosen = {p: known[p] for p in args.pools.split(",")}
-        from agents.hf import cpu_threads
+        from agents.sampling import cpu_threads
 
         with cpu_threads(args.threads):
             report = evaluate(args.out, pools=chosen, tasks=args.tasks.split(","), n=args.n_eval,

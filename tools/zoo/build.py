@@ -1,7 +1,7 @@
 """Build the zoo: train its small GPT-2s from a seed on the protocols' own prompts.
 
-    python -m agents.zoo.build --out DIR [--seed 0] [--jobs 2] [--quick]
-    python -m agents.zoo.multitask --out DIR [--report]   (the multi-task zoo, v3: its own module)
+    python -m tools.zoo.build --out DIR [--seed 0] [--jobs 2] [--quick]
+    python -m tools.zoo.multitask --out DIR [--report]   (the multi-task zoo, v3: its own module)
 
 What happens, all deterministic from ``--seed``:
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import re
 import sys
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.zoo.specs import BASE, QUICK_SPEC, QUICK_TASK_OPTIONS, SPECS, TASK_OPTIONS, ModelSpec
+from tools.zoo.common import N_POSITIONS, Sampler, new_model, optimize, save_model, set_determinism
 
 KINDS = ("add", "sub", "carry", "borrow", "hundreds", "negative", "core")
 KIND_HELP = {
@@ -81,7 +81,6 @@ def example_kinds(example) -> frozenset[str]:
     return question_kinds(int(m["a"]), m["op"], int(m["b"]))
 
 
-N_POSITIONS = 640  # room for the longest protocol prompt plus a runaway 256-token answer
 ANSWER_BATCH = 64
 CONTEXT_TOKENS = 3200  # tokens in a batch of prompts with peers (similar lengths, so little padding)
 
@@ -203,36 +202,13 @@ def _blind_of(name: str) -> str | None:
 
 
 # ---------------------------------------------------------------------- training
-def _set_determinism(seed: int) -> None:
-    import torch
-
-    torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True)
-
-
-def new_model(spec: ModelSpec, seed: int):
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from agents.tiny import char_tokenizer
-
-    tok = char_tokenizer()
-    torch.manual_seed(seed)
-    config = GPT2Config(
-        vocab_size=len(tok), n_positions=N_POSITIONS, n_embd=spec.n_embd, n_layer=spec.n_layer, n_head=spec.n_head,
-        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-    )
-    return GPT2LMHeadModel(config), tok
-
-
-class Sampler:
+class ArithSampler(Sampler):
     """Draws training (prompt ids, target ids) pairs for one spec: its mix of question kinds."""
 
     def __init__(self, spec: ModelSpec, train_task, records: list[PromptRecord], names: Sequence[str], tok,
                  rng: random.Random, *, core_only: bool = False):
-        self.spec, self.task, self.tok, self.rng, self.names = spec, train_task, tok, rng, names
+        super().__init__(tok, rng, prompt_tokens=N_POSITIONS - 24)
+        self.spec, self.task, self.names = spec, train_task, names
         kinds = [example_kinds(e) for e in train_task.examples]
         self.kinds = kinds
         if core_only:
@@ -247,15 +223,6 @@ class Sampler:
         self.context_normal = [r for r in records if r.example_index in keep and r.example_index not in blind_set
                                and len(r.messages) > 0 and _has_context(r)]
         self.context_blind = [r for r in records if r.example_index in blind_set and _has_context(r)]
-        self._cache: dict[str, list[int]] = {}
-
-    def _ids(self, text: str) -> list[int]:
-        ids = self._cache.get(text)
-        if ids is None:
-            ids = self.tok(text, add_special_tokens=False)["input_ids"]
-            if len(self._cache) < 200_000:
-                self._cache[text] = ids
-        return ids
 
     def _blind_draw(self) -> bool:
         return bool(self.blind) and self.rng.random() < self.spec.blind_share
@@ -268,16 +235,7 @@ class Sampler:
 
     def context_batch(self, tokens: int) -> list[tuple[list[int], list[int]]]:
         """About ``tokens`` tokens of prompts with peers, all of similar length (little padding)."""
-        first = self._context_pair()
-        width = len(first[0]) + len(first[1])
-        pairs, target = [first], max(1, tokens // width)
-        tries = 0
-        while len(pairs) < target and tries < 20 * target:
-            tries += 1
-            pair = self._context_pair()
-            if abs(len(pair[0]) + len(pair[1]) - width) <= 24:
-                pairs.append(pair)
-        return pairs
+        return self.similar_batch(self._context_pair(), self._context_pair, tokens)
 
     def _context_pair(self) -> tuple[list[int], list[int]]:
         pool = self.context_blind if (self._blind_draw() and self.context_blind) else self.context_normal
@@ -285,69 +243,9 @@ class Sampler:
         ex = self.task.examples[r.example_index]
         return self._pair(r.messages, target_text(r, ex, self.spec, self.names))
 
-    def _pair(self, messages, target: str) -> tuple[list[int], list[int]]:
-        prompt = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        p = self._ids(prompt)[-(N_POSITIONS - 24):]
-        return p, self._ids(target) + [self.tok.eos_token_id]
-
 
 def _has_context(r: PromptRecord) -> bool:
     return "\n" in r.messages[-1]["content"]
-
-
-def optimize(model, tok, *, steps: int, learning_rate: float, warmup: int, draw, label: str, log_every: int,
-             log_first: bool = False, extra=None) -> tuple[float, list[dict[str, float]]]:
-    """The zoo's one training loop (both builders): AdamW, linear warmup then cosine to 5% of the
-    learning rate, gradient clipping at 1. ``draw()`` gives each step's (prompt ids, target ids)
-    pairs; every ``log_every`` steps (and after the first, with ``log_first``) a log entry, extended
-    by ``extra(step)`` and printed after ``label``. Returns the last loss and the log."""
-    import torch
-
-    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
-    t0 = time.perf_counter()
-    log: list[dict[str, float]] = []
-    loss_value = float("nan")
-    for step in range(steps):
-        scale = min(1.0, (step + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / steps)))
-        for g in opt.param_groups:
-            g["lr"] = learning_rate * scale
-        ids, att, labels = _batch(draw(), tok.pad_token_id)
-        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        loss_value = float(loss.detach())
-        if (step + 1) % log_every == 0 or (log_first and step == 0):
-            entry = {"step": step + 1, "loss": round(loss_value, 4), "seconds": round(time.perf_counter() - t0, 1)}
-            entry.update(extra(step) if extra else {})
-            log.append(entry)
-            print(f"{label} " + " ".join(f"{k} {v}" for k, v in entry.items()), file=sys.stderr, flush=True)
-    return loss_value, log
-
-
-def save_model(model, tok, out_dir: Path) -> None:
-    """Write a trained zoo model (weights, tokenizer, generation stops) to ``out_dir``."""
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
-
-
-def _batch(pairs, pad_id: int):
-    import torch
-
-    width = max(len(p) + len(t) for p, t in pairs)
-    ids = torch.full((len(pairs), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(pairs), width), -100, dtype=torch.long)
-    attention = torch.zeros((len(pairs), width), dtype=torch.long)
-    for row, (p, t) in enumerate(pairs):
-        seq = p + t
-        ids[row, : len(seq)] = torch.tensor(seq)
-        attention[row, : len(seq)] = 1
-        labels[row, len(p) : len(seq)] = torch.tensor(t)
-    return ids, attention, labels
 
 
 def greedy_accuracy(model, tok, examples, *, max_new_tokens: int = 12) -> float:
@@ -400,13 +298,13 @@ def train(spec: ModelSpec, *, seed: int, train_task, records, names, validation,
     t0 = time.perf_counter()
     for attempt in range(max_attempts):
         run_seed = seed + 1000 * attempt
-        _set_determinism(run_seed)
+        set_determinism(run_seed)
         model, tok = new_model(spec, run_seed)
         if spec.from_base and base_dir is not None:
             model = GPT2LMHeadModel.from_pretrained(base_dir)
         model.train()
         rng = random.Random(f"zoo-train/{spec.name}/{run_seed}")
-        sampler = Sampler(spec, train_task, records, names, tok, rng, core_only=core_only)
+        sampler = ArithSampler(spec, train_task, records, names, tok, rng, core_only=core_only)
 
         def draw(sampler=sampler, rng=rng):
             if rng.random() < spec.answer_share or not sampler.context_normal:
@@ -617,9 +515,9 @@ def markdown_table(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--v3" in argv:  # the multi-task zoo is built by its own module, which imports this one
-        raise SystemExit("the v3 zoo (the zoo-<name> pools) is built by `python -m agents.zoo.multitask "
-                         "--out DIR`; `python -m agents.zoo.build` builds the arith zoo")
-    parser = argparse.ArgumentParser(prog="python -m agents.zoo.build", description=__doc__.split("\n")[0])
+        raise SystemExit("the v3 zoo (the zoo-<name> pools) is built by `python -m tools.zoo.multitask "
+                         "--out DIR`; `python -m tools.zoo.build` builds the arith zoo")
+    parser = argparse.ArgumentParser(prog="python -m tools.zoo.build", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="directory to write the models into")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="models trained in parallel (one CPU thread each)")
