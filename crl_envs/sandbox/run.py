@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import builtins
 import json
+import math
 import os
 import shutil
 import sys
@@ -76,6 +77,13 @@ def _memory_note(launch: Launch, memory_mb: int, tmpfs_mb: int) -> bytes:
             f"{tmpfs_mb} MiB tmpfs for all its processes)\n").encode()
 
 
+def _timeout_note(timeout: float, wall_clock: bool) -> bytes:
+    """The line a timed-out run's tail ends with: which limit stopped it, and the option to change."""
+    how = f"killed at the wall clock after {timeout:g} s" if wall_clock else \
+        f"killed at its CPU limit ({math.ceil(timeout) + 1} CPU-seconds)"
+    return f"\nsandbox: timed out: {how}; pass a larger timeout= if the program needs longer\n".encode()
+
+
 def run_program(
     code: str,
     *,
@@ -134,7 +142,10 @@ def run_program(
         tail = outputs[out]
         if not passed and launch.memory_killed():
             status_, tail = "memory_limit", tail + _memory_note(launch, memory_mb, tmpfs_mb)
+        wall_clock = status_ == "timeout"
         status_ = status_ or status(passed, returncode, start, timeout)
+        if status_ == "timeout":
+            tail = tail[-TAIL_BYTES:] + _timeout_note(timeout, wall_clock)
         return SandboxResult(passed, status_, tail[-TAIL_BYTES:].decode(errors="replace"),
                              time.monotonic() - start, returncode, launch.proc.pid,
                              (launch.namespace,) if launch.namespace else (), **_caps([launch]))
@@ -166,18 +177,22 @@ def _names_in(tests: str) -> tuple[set[str], set[str]]:
     return loaded, bound
 
 
+def free_names(tests: str) -> set[str]:
+    """Every name the test code uses but never binds, builtins and standard library modules included."""
+    loaded, bound = _names_in(tests)
+    return loaded - bound
+
+
 def unbound_names(tests: str) -> list[str]:
     """Names the test code uses but never binds, and that are neither builtins nor standard library
     modules: the program's functions. (A standard library module the tests use without importing it,
     such as ``math`` in MBPP's ``math.isclose`` asserts, is imported by the checker itself: an answer
     can never stand in for it.)"""
-    loaded, bound = _names_in(tests)
-    return sorted(loaded - bound - set(dir(builtins)) - set(sys.stdlib_module_names))
+    return sorted(free_names(tests) - set(dir(builtins)) - set(sys.stdlib_module_names))
 
 
 def _stdlib_imports(tests: str, names: Sequence[str]) -> list[str]:
-    loaded, bound = _names_in(tests)
-    return sorted((loaded - bound - set(names) - set(dir(builtins))) & set(sys.stdlib_module_names))
+    return sorted((free_names(tests) - set(names) - set(dir(builtins))) & set(sys.stdlib_module_names))
 
 
 def run_tests(
@@ -248,15 +263,18 @@ def run_tests(
         )
         program_proc, checker_proc = (launch.proc for launch in launches)
         program_code = program_proc.poll()  # before the kill: did it die of a signal (CPU limit, ...)?
-        for launch in launches:
-            launch.kill()
+        for launch in reversed(launches):  # the checker first: a checker still waiting on the program reports
+            launch.kill()  # the wall clock's kill, not the exit 1 that the program's end would give it
         passed = status_ is None and checker_proc.returncode == 0 and outputs[verdict_r] == b"pass"
         tail = outputs[program_out][-TAIL_BYTES:] + outputs[checker_out][-TAIL_BYTES:]
         if not passed and any(launch.memory_killed() for launch in launches):
             status_, tail = "memory_limit", tail + _memory_note(launches[0], memory_mb, tmpfs_mb)
+        wall_clock = status_ == "timeout"
         if status_ is None and not passed:
             status_ = status(False, program_code if program_code not in (None, 0, 1) else checker_proc.returncode,
                              start, timeout)
+        if status_ == "timeout":
+            tail += _timeout_note(timeout, wall_clock)
         return SandboxResult(passed, status_ or "passed", tail.decode(errors="replace"), time.monotonic() - start,
                              checker_proc.returncode, program_proc.pid,
                              tuple(launch.namespace for launch in launches if launch.namespace), **_caps(launches))
