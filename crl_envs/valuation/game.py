@@ -12,7 +12,10 @@ per-question scores. A coalition's key hashes what actually plays it: its **memb
 fingerprints (an ``HFAgent``'s changes with its weights), the protocol and its options, role agents
 (e.g. a judge), whatever the protocol derives from the rest of the pool for these members
 (:meth:`crl_envs.protocols.base.ProtocolEnv.coalition_context`, e.g. a ring topology's closing edge),
-the task's fingerprint and examples, the members' sampling settings, samples and seed. So a coalition
+the task's fingerprint and examples (ids, questions, answers and metadata: a code task's tests and
+setup code, so the content of a ``path=`` file, not its name), the members' sampling settings,
+samples and seed. A file is validated when read (its key, its questions, one finite score in [0, 1]
+per question); one that fails is played again, with a warning naming it. So a coalition
 is the same game in every pool that holds it: adding a model to a pool of ``n`` plays only the ``2^n``
 coalitions that contain it, and two pools that share members share their common coalitions. (Version 1
 keyed every coalition by the whole pool; its files are ignored and may be deleted.) Each file is
