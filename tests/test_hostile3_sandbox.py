@@ -198,3 +198,22 @@ def test_bogus_safetensors_name_the_file(tiny_model_dir, tmp_path):
         HFAgent(str(model))
     with pytest.raises(OSError, match=rf"^cannot load the checkpoint {model}: {bad}"):
         _load_checkpoint(model)
+
+
+# ---- issue 35 item 5: the limits are one frozen object, validated once -------------------------------------
+
+
+def test_sandbox_limits_are_one_frozen_object_validated_when_made(tmp_path):
+    import dataclasses
+
+    from crl_envs.sandbox import SandboxLimits
+
+    limits = SandboxLimits(timeout=2.5, memory_mb=256, file_size_mb=1, max_processes=4)
+    assert limits.rlimit_args() == [str(256 << 20), "4", str(1 << 20), "4"]  # bytes, CPU-s = ceil(2.5) + 1, ...
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        limits.timeout = 100
+    for bad in ({"timeout": 0}, {"memory_mb": -1}, {"tmpfs_mb": 0}, {"max_processes": 0}, {"max_output_bytes": 0}):
+        with pytest.raises(ValueError, match=r"^sandbox limits must be positive"):
+            SandboxLimits(**bad)
+    task = MBPPTask(path=_jsonl(tmp_path / "mbpp.jsonl", SHADOW_ROWS[:1]), timeout=3)
+    assert task.limits == SandboxLimits(timeout=3) and (task.timeout, task.memory_mb) == (3, 1024)

@@ -14,8 +14,9 @@ import re
 import textwrap
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 
-from crl_envs.sandbox import SandboxResult, free_names, run_many, unbound_names
+from crl_envs.sandbox import SandboxLimits, SandboxResult, free_names, run_many, unbound_names
 from crl_envs.tasks.base import Example, Task
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 
@@ -111,7 +112,9 @@ class CodeTask(Task):
                  unsafe_guard_only: bool = False):
         _check_timeout(self.name, timeout)
         super().__init__(examples)
-        self.timeout, self.memory_mb, self.unsafe_guard_only = timeout, memory_mb, unsafe_guard_only
+        #: the sandbox's limits for every program of this task, validated here once
+        self.limits = SandboxLimits(timeout=timeout, memory_mb=memory_mb)
+        self.unsafe_guard_only = unsafe_guard_only
         self._cache: dict[str, SandboxResult] = {}
         self._lock = threading.Lock()
 
@@ -150,6 +153,16 @@ class CodeTask(Task):
         return [0.0 if c is None else float(next(results).passed) for c in codes]
 
     @property
+    def timeout(self) -> float:
+        """Wall-clock seconds per program."""
+        return self.limits.timeout
+
+    @property
+    def memory_mb(self) -> int:
+        """Memory per program's process (and, with a cgroup, per sandbox)."""
+        return self.limits.memory_mb
+
+    @property
     def fingerprint(self) -> str:
         """The scoring rule: the task and its limits. Not the data file's name: caches hash the examples
         themselves, tests and setup code included (an example's metadata), so an edited file is a new
@@ -165,8 +178,8 @@ class CodeTask(Task):
             todo = {k: r for k, r in zip(keys, runs) if k not in self._cache}
         if todo:
             results = run_many([r[0] for r in todo.values()], tests=[r[1] for r in todo.values()],
-                               names=[r[2] for r in todo.values()], workers=workers, timeout=self.timeout, memory_mb=self.memory_mb,
-                               unsafe_guard_only=self.unsafe_guard_only)
+                               names=[r[2] for r in todo.values()], workers=workers,
+                               unsafe_guard_only=self.unsafe_guard_only, **asdict(self.limits))
             with self._lock:
                 self._cache.update(zip(todo, results))
         return [self._cache[k] for k in keys]
