@@ -116,6 +116,23 @@ def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torc
     return _DTYPES[dtype]
 
 
+def unreadable_safetensors(path: Path, error: Exception) -> str:
+    """What to say when ``safetensors`` refused a weights file under ``path`` (its own message names no
+    file): the file(s) it cannot read, its reason, the fix."""
+    from safetensors import safe_open
+
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    bad = []
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt"):
+                pass
+        except Exception:
+            bad.append(str(f))
+    return (f"{', '.join(bad) or path} is not a valid safetensors file ({error}); re-save the model with "
+            "save_pretrained or copy the file again")
+
+
 class HFAgent(TokenizerPrompts, Agent):
     """A transformers causal LM as an :class:`Agent`.
 
@@ -160,6 +177,7 @@ class HFAgent(TokenizerPrompts, Agent):
         num_threads: int | None = None,
         gguf_file: str | None = None,
     ):
+        from safetensors import SafetensorError
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         device = resolve_device(device)
@@ -187,6 +205,8 @@ class HFAgent(TokenizerPrompts, Agent):
                     f"HFAgent could not load {source!r}: not a local model directory and not reachable on the hub "
                     f"({e.__class__.__name__}). Pass a directory written by save_pretrained, or a hub id with network access."
                 ) from e
+            except SafetensorError as e:  # its message names no file
+                raise OSError(f"HFAgent could not load {source!r}: {unreadable_safetensors(Path(source), e)}") from e
             model = loaded
             default_name = Path(source).name or source
         else:

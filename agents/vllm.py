@@ -407,9 +407,15 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
     state: dict[str, Any] = {}
     for f in files:
         if f.suffix == ".safetensors":
+            from safetensors import SafetensorError
             from safetensors.torch import load_file
 
-            state.update(load_file(str(f)))
+            from agents.hf import unreadable_safetensors
+
+            try:
+                state.update(load_file(str(f)))
+            except SafetensorError as e:
+                raise OSError(f"cannot load the checkpoint {path}: {unreadable_safetensors(f, e)}") from e
         else:
             state.update(torch.load(f, map_location="cpu", weights_only=True))
     return state

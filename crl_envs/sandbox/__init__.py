@@ -49,10 +49,10 @@ Example:
 from crl_envs.sandbox.boundary import GUARD_ONLY_ENV, INSTALL_HINT, NOBODY, SandboxUnavailable, isolation
 from crl_envs.sandbox.boundary import boundary as _boundary
 from crl_envs.sandbox.cgroup import cgroup_support
-from crl_envs.sandbox.launch import TAIL_BYTES
+from crl_envs.sandbox.launch import TAIL_BYTES, SandboxLimits
 from crl_envs.sandbox.procs import namespace_processes, session_processes
-from crl_envs.sandbox.run import SandboxResult, run_many, run_program, run_tests, unbound_names
+from crl_envs.sandbox.run import SandboxResult, free_names, run_many, run_program, run_tests, unbound_names
 
-__all__ = ["SandboxResult", "SandboxUnavailable", "run_program", "run_tests", "run_many", "isolation",
-           "unbound_names", "namespace_processes", "session_processes", "cgroup_support", "GUARD_ONLY_ENV",
+__all__ = ["SandboxResult", "SandboxLimits", "SandboxUnavailable", "run_program", "run_tests", "run_many", "isolation",
+           "unbound_names", "free_names", "namespace_processes", "session_processes", "cgroup_support", "GUARD_ONLY_ENV",
            "INSTALL_HINT", "NOBODY", "TAIL_BYTES", "_boundary"]

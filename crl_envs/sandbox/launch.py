@@ -3,6 +3,7 @@ rlimit arguments, the cgroup it starts in, reading its output with a cap, killin
 
 | piece | what |
 |---|---|
+| :class:`SandboxLimits` | the limits of one sandbox, validated once; its rlimit arguments |
 | :func:`bootstrap` | the ``-c`` text: a loader plus the ``inside`` modules' source, run as package ``_sandbox`` |
 | :class:`Launch` | one interpreter in bwrap (behind a shell that waits until it is in its cgroup) |
 | :func:`read_outputs` | reads pipes with caps until the run ends, the deadline passes or a cap is hit |
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import resources
 
 from crl_envs.sandbox.boundary import Boundary, as_user, clean_env
@@ -59,8 +61,37 @@ def bootstrap(entry: str) -> str:
     return f"_SOURCES = {sources!r}\n" + _LOADER % entry
 
 
-def limits_args(timeout: float, memory_mb: int, file_size_mb: int, max_processes: int) -> list[str]:
-    return [str(memory_mb << 20), str(math.ceil(timeout) + 1), str(file_size_mb << 20), str(max_processes)]
+@dataclass(frozen=True)
+class SandboxLimits:
+    """The limits of one sandbox, validated once when made (:func:`~crl_envs.sandbox.run_program`'s
+    keyword arguments say what each means).
+
+    Raises:
+        ValueError: a limit that is not positive.
+    """
+
+    timeout: float = 10.0
+    memory_mb: int = 1024
+    file_size_mb: int = 16
+    tmpfs_mb: int = 64
+    max_processes: int = 16
+    max_output_bytes: int = 1 << 20
+
+    def __post_init__(self):
+        if (self.timeout <= 0 or self.memory_mb <= 0 or self.file_size_mb < 0 or self.tmpfs_mb < 1
+                or self.max_processes < 1 or self.max_output_bytes < 1):
+            raise ValueError("sandbox limits must be positive (timeout, memory_mb, tmpfs_mb, max_processes, "
+                             "max_output_bytes)")
+
+    @property
+    def cpu_seconds(self) -> int:
+        """``RLIMIT_CPU``: the wall clock rounded up, plus one."""
+        return math.ceil(self.timeout) + 1
+
+    def rlimit_args(self) -> list[str]:
+        """The in-sandbox entry points' ``argv[1:5]`` (``inside/guard.py``'s ``limits_from_argv``)."""
+        return [str(self.memory_mb << 20), str(self.cpu_seconds), str(self.file_size_mb << 20),
+                str(self.max_processes)]
 
 
 def source_fd(data: bytes) -> int:
@@ -75,27 +106,28 @@ class Launch:
     and cgroup."""
 
     def __init__(self, boundary: Boundary, entry: str, args: list[str], pass_fds: list[int], *,
-                 limits: list[str], tmpfs_bytes: int, site_packages: bool, workdir: str, memory_mb: int,
-                 max_processes: int):
-        """Start ``entry`` in ``boundary`` (``-S`` unless ``site_packages``), inside a fresh cgroup where
-        this machine has one (memory ``memory_mb`` plus the tmpfs; ``max_processes`` plus the two bwrap processes)."""
+                 limits: SandboxLimits, site_packages: bool, workdir: str):
+        """Start ``entry`` in ``boundary`` (``-S`` unless ``site_packages``) under ``limits``, inside a
+        fresh cgroup where this machine has one (memory ``memory_mb`` plus the tmpfs; ``max_processes``
+        plus the two bwrap processes)."""
         info_r = info_w = filter_fd = None
         python = [boundary.python, "-s" if site_packages else "-S", "-B", "-u", "-c", bootstrap(entry)]
+        rlimits, tmpfs_bytes = limits.rlimit_args(), limits.tmpfs_mb << 20
         if boundary.argv:
             info_r, info_w = os.pipe()
             filter_fd = seccomp_fd(boundary.seccomp) if boundary.seccomp else None
-            argv = boundary.command([*python, *limits, "/tmp", *args], tmpfs_bytes=tmpfs_bytes, info_fd=info_w,
+            argv = boundary.command([*python, *rlimits, "/tmp", *args], tmpfs_bytes=tmpfs_bytes, info_fd=info_w,
                                     seccomp_fd=filter_fd)
             cwd, env = "/", clean_env("/tmp")
             fds = [*pass_fds, info_w] + ([filter_fd] if filter_fd is not None else [])
         else:
-            argv, cwd, env, fds = [*python, *limits, workdir, *args], workdir, clean_env(workdir), pass_fds
+            argv, cwd, env, fds = [*python, *rlimits, workdir, *args], workdir, clean_env(workdir), pass_fds
         self.info_fd = info_r
         self.namespace: str | None = None
         self.init_pid: int | None = None
         support = cgroup_support()
-        self.cgroup = Cgroup(support, memory_bytes=(memory_mb << 20) + tmpfs_bytes,
-                             max_processes=max_processes + 2) if support else None
+        self.cgroup = Cgroup(support, memory_bytes=(limits.memory_mb << 20) + tmpfs_bytes,
+                             max_processes=limits.max_processes + 2) if support else None
         try:
             self.proc = subprocess.Popen(["/bin/sh", "-c", _WAIT_FOR_CGROUP, "sh", *argv], cwd=cwd, env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from crl_envs.sandbox.boundary import require_boundary
 from crl_envs.sandbox.cgroup import cgroup_support
-from crl_envs.sandbox.launch import TAIL_BYTES, Launch, limits_args, read_outputs, source_fd, status
+from crl_envs.sandbox.launch import TAIL_BYTES, Launch, SandboxLimits, read_outputs, source_fd, status
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,9 @@ class SandboxResult:
     memory_peak_mb: float | None = None
 
 
-def _check_limits(code: str, timeout: float, memory_mb: int, file_size_mb: int, tmpfs_mb: int, max_processes: int,
-                  max_output_bytes: int) -> None:
+def _check_code(what: str, code: object) -> None:
     if not isinstance(code, str):
-        raise TypeError(f"the sandbox needs the program as a str, got {type(code).__name__}")
-    if timeout <= 0 or memory_mb <= 0 or file_size_mb < 0 or tmpfs_mb < 1 or max_processes < 1 or max_output_bytes < 1:
-        raise ValueError("sandbox limits must be positive (timeout, memory_mb, tmpfs_mb, max_processes, "
-                         "max_output_bytes)")
+        raise TypeError(f"{what} as a str, got {type(code).__name__}")
 
 
 def _utf8(what: str, text: str) -> bytes | SandboxResult:
@@ -71,9 +67,16 @@ def _caps(launches: Sequence[Launch]) -> dict:
             "memory_peak_mb": round(max(peaks) / (1 << 20), 1) if peaks else None}
 
 
-def _memory_note(launch: Launch, memory_mb: int, tmpfs_mb: int) -> bytes:
-    return (f"\nsandbox: killed at its memory cap (cgroup {cgroup_support().version}, {memory_mb} MiB + "
-            f"{tmpfs_mb} MiB tmpfs for all its processes)\n").encode()
+def _memory_note(limits: SandboxLimits) -> bytes:
+    return (f"\nsandbox: killed at its memory cap (cgroup {cgroup_support().version}, {limits.memory_mb} MiB + "
+            f"{limits.tmpfs_mb} MiB tmpfs for all its processes)\n").encode()
+
+
+def _timeout_note(limits: SandboxLimits, wall_clock: bool) -> bytes:
+    """The line a timed-out run's tail ends with: which limit stopped it, and the option to change."""
+    how = f"killed at the wall clock after {limits.timeout:g} s" if wall_clock else \
+        f"killed at its CPU limit ({limits.cpu_seconds} CPU-seconds)"
+    return f"\nsandbox: timed out: {how}; pass a larger timeout= if the program needs longer\n".encode()
 
 
 def run_program(
@@ -107,7 +110,8 @@ def run_program(
         unsafe_guard_only: with ``CRL_SANDBOX_GUARD_ONLY=1``, run without a kernel boundary where
             there is none (rlimits and the audit hook only; not a security boundary).
     """
-    _check_limits(code, timeout, memory_mb, file_size_mb, tmpfs_mb, max_processes, max_output_bytes)
+    _check_code("the sandbox needs the program", code)
+    limits = SandboxLimits(timeout, memory_mb, file_size_mb, tmpfs_mb, max_processes, max_output_bytes)
     boundary = require_boundary(unsafe_guard_only, site_packages)
     data = _utf8("program", code)
     if isinstance(data, SandboxResult):
@@ -118,23 +122,24 @@ def run_program(
     start = time.monotonic()
     launch = None
     try:
-        launch = Launch(boundary, "program", ["run", str(source), str(done_w)], [source, done_w],
-                        limits=limits_args(timeout, memory_mb, file_size_mb, max_processes),
-                        tmpfs_bytes=tmpfs_mb << 20, site_packages=site_packages, workdir=workdir,
-                        memory_mb=memory_mb, max_processes=max_processes)
+        launch = Launch(boundary, "program", ["run", str(source), str(done_w)], [source, done_w], limits=limits,
+                        site_packages=site_packages, workdir=workdir)
         os.close(done_w)
         done_w = None
         launch.read_namespace()
         out = launch.proc.stdout.fileno()
-        outputs, status_ = read_outputs({out: max_output_bytes, done_r: 16}, start + timeout, launch.proc,
-                                        (out, done_r))
+        outputs, status_ = read_outputs({out: limits.max_output_bytes, done_r: 16}, start + limits.timeout,
+                                        launch.proc, (out, done_r))
         launch.kill()
         returncode = launch.proc.returncode
         passed = status_ is None and returncode == 0 and outputs[done_r] == b"done"
         tail = outputs[out]
         if not passed and launch.memory_killed():
-            status_, tail = "memory_limit", tail + _memory_note(launch, memory_mb, tmpfs_mb)
-        status_ = status_ or status(passed, returncode, start, timeout)
+            status_, tail = "memory_limit", tail + _memory_note(limits)
+        wall_clock = status_ == "timeout"
+        status_ = status_ or status(passed, returncode, start, limits.timeout)
+        if status_ == "timeout":
+            tail = tail[-TAIL_BYTES:] + _timeout_note(limits, wall_clock)
         return SandboxResult(passed, status_, tail[-TAIL_BYTES:].decode(errors="replace"),
                              time.monotonic() - start, returncode, launch.proc.pid,
                              (launch.namespace,) if launch.namespace else (), **_caps([launch]))
@@ -166,18 +171,22 @@ def _names_in(tests: str) -> tuple[set[str], set[str]]:
     return loaded, bound
 
 
+def free_names(tests: str) -> set[str]:
+    """Every name the test code uses but never binds, builtins and standard library modules included."""
+    loaded, bound = _names_in(tests)
+    return loaded - bound
+
+
 def unbound_names(tests: str) -> list[str]:
     """Names the test code uses but never binds, and that are neither builtins nor standard library
     modules: the program's functions. (A standard library module the tests use without importing it,
     such as ``math`` in MBPP's ``math.isclose`` asserts, is imported by the checker itself: an answer
     can never stand in for it.)"""
-    loaded, bound = _names_in(tests)
-    return sorted(loaded - bound - set(dir(builtins)) - set(sys.stdlib_module_names))
+    return sorted(free_names(tests) - set(dir(builtins)) - set(sys.stdlib_module_names))
 
 
 def _stdlib_imports(tests: str, names: Sequence[str]) -> list[str]:
-    loaded, bound = _names_in(tests)
-    return sorted((loaded - bound - set(names) - set(dir(builtins))) & set(sys.stdlib_module_names))
+    return sorted((free_names(tests) - set(names) - set(dir(builtins))) & set(sys.stdlib_module_names))
 
 
 def run_tests(
@@ -204,9 +213,9 @@ def run_tests(
     the checker's, reported on a pipe the program never holds; tests that never call the program fail.
     Limits are :func:`run_program`'s, for each of the two sandboxes; ``timeout`` covers the whole run.
     """
-    _check_limits(program, timeout, memory_mb, file_size_mb, tmpfs_mb, max_processes, max_output_bytes)
-    if not isinstance(tests, str):
-        raise TypeError(f"run_tests needs the tests as a str, got {type(tests).__name__}")
+    _check_code("the sandbox needs the program", program)
+    limits = SandboxLimits(timeout, memory_mb, file_size_mb, tmpfs_mb, max_processes, max_output_bytes)
+    _check_code("run_tests needs the tests", tests)
     boundary = require_boundary(unsafe_guard_only, site_packages)
     program_data, tests_data = _utf8("program", program), _utf8("test code", tests)
     for data in (program_data, tests_data):
@@ -218,7 +227,6 @@ def run_tests(
     except SyntaxError as e:
         raise ValueError(f"run_tests: the test code does not parse (line {e.lineno}: {e.msg}); "
                          "fix the tests, not the program") from None
-    limits = limits_args(timeout, memory_mb, file_size_mb, max_processes)
     program_fd, tests_fd = source_fd(program_data), source_fd(tests_data)
     req_r, req_w = os.pipe()  # checker -> program
     ans_r, ans_w = os.pipe()  # program -> checker
@@ -228,8 +236,7 @@ def run_tests(
     start = time.monotonic()
     launches: list[Launch] = []
     try:
-        common = dict(limits=limits, tmpfs_bytes=tmpfs_mb << 20, site_packages=site_packages, memory_mb=memory_mb,
-                      max_processes=max_processes)
+        common = dict(limits=limits, site_packages=site_packages)
         launches.append(Launch(boundary, "program", ["serve", str(program_fd), str(req_r), str(ans_w)],
                                [program_fd, req_r, ans_w], workdir=workdirs[0], **common))
         launches.append(Launch(boundary, "checker",
@@ -243,20 +250,24 @@ def run_tests(
             launch.read_namespace()
         program_out, checker_out = (launch.proc.stdout.fileno() for launch in launches)
         outputs, status_ = read_outputs(
-            {program_out: max_output_bytes, checker_out: max_output_bytes, verdict_r: 16}, start + timeout,
+            {program_out: limits.max_output_bytes, checker_out: limits.max_output_bytes, verdict_r: 16},
+            start + limits.timeout,
             launches[1].proc, (checker_out, verdict_r),
         )
         program_proc, checker_proc = (launch.proc for launch in launches)
         program_code = program_proc.poll()  # before the kill: did it die of a signal (CPU limit, ...)?
-        for launch in launches:
-            launch.kill()
+        for launch in reversed(launches):  # the checker first: a checker still waiting on the program reports
+            launch.kill()  # the wall clock's kill, not the exit 1 that the program's end would give it
         passed = status_ is None and checker_proc.returncode == 0 and outputs[verdict_r] == b"pass"
         tail = outputs[program_out][-TAIL_BYTES:] + outputs[checker_out][-TAIL_BYTES:]
         if not passed and any(launch.memory_killed() for launch in launches):
-            status_, tail = "memory_limit", tail + _memory_note(launches[0], memory_mb, tmpfs_mb)
+            status_, tail = "memory_limit", tail + _memory_note(limits)
+        wall_clock = status_ == "timeout"
         if status_ is None and not passed:
             status_ = status(False, program_code if program_code not in (None, 0, 1) else checker_proc.returncode,
-                             start, timeout)
+                             start, limits.timeout)
+        if status_ == "timeout":
+            tail += _timeout_note(limits, wall_clock)
         return SandboxResult(passed, status_ or "passed", tail.decode(errors="replace"), time.monotonic() - start,
                              checker_proc.returncode, program_proc.pid,
                              tuple(launch.namespace for launch in launches if launch.namespace), **_caps(launches))

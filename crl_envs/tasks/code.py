@@ -13,9 +13,10 @@ import os
 import re
 import textwrap
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 
-from crl_envs.sandbox import SandboxResult, run_many, unbound_names
+from crl_envs.sandbox import SandboxLimits, SandboxResult, free_names, run_many, unbound_names
 from crl_envs.tasks.base import Example, Task
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 
@@ -61,16 +62,41 @@ def _check_timeout(task: str, timeout: object) -> None:
                          f"got {timeout!r}")
 
 
-def called_names(tests: str) -> list[str]:
-    """The names ``tests`` calls but never binds (standard library modules aside): the functions and
-    classes the row asks the program to define, and the only names the program may supply.
+def called_names(tests: str, defined: Iterable[str] = ()) -> list[str]:
+    """The names ``tests`` calls but never binds: the functions and classes the row asks the program
+    to define, and the only names the program may supply.
+
+    A builtin or standard library module name is one of them only when ``defined`` (the names the
+    row's reference solution binds at its top level) holds it: an MBPP function named ``sum`` or
+    ``copy`` comes from the program, while ``len`` or ``math`` in the asserts stays the checker's own.
 
     Example:
         >>> called_names("assert math.isclose(volume_sphere(10), 4188.79, rel_tol=0.001)")
         ['volume_sphere']
+        >>> called_names("assert sum([1, 2]) == 3 and len('ab') == 2", defined=["sum"])
+        ['sum']
     """
     calls = {n.func.id for n in ast.walk(ast.parse(tests)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    return sorted(calls & set(unbound_names(tests)))
+    return sorted(calls & (set(unbound_names(tests)) | free_names(tests) & set(defined)))
+
+
+def top_level_names(code: str) -> set[str]:
+    """The names ``code`` binds at its top level (``def``, ``class``, assignments, imports); none if it
+    does not parse."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
 
 
 class CodeTask(Task):
@@ -86,7 +112,9 @@ class CodeTask(Task):
                  unsafe_guard_only: bool = False):
         _check_timeout(self.name, timeout)
         super().__init__(examples)
-        self.timeout, self.memory_mb, self.unsafe_guard_only = timeout, memory_mb, unsafe_guard_only
+        #: the sandbox's limits for every program of this task, validated here once
+        self.limits = SandboxLimits(timeout=timeout, memory_mb=memory_mb)
+        self.unsafe_guard_only = unsafe_guard_only
         self._cache: dict[str, SandboxResult] = {}
         self._lock = threading.Lock()
 
@@ -124,6 +152,23 @@ class CodeTask(Task):
         results = iter(self._run_programs(programs, workers=workers))
         return [0.0 if c is None else float(next(results).passed) for c in codes]
 
+    @property
+    def timeout(self) -> float:
+        """Wall-clock seconds per program."""
+        return self.limits.timeout
+
+    @property
+    def memory_mb(self) -> int:
+        """Memory per program's process (and, with a cgroup, per sandbox)."""
+        return self.limits.memory_mb
+
+    @property
+    def fingerprint(self) -> str:
+        """The scoring rule: the task and its limits. Not the data file's name: caches hash the examples
+        themselves, tests and setup code included (an example's metadata), so an edited file is a new
+        game and a copy of the same rows under another name is the same one."""
+        return f"{self.name}:t{self.timeout}:m{self.memory_mb}"
+
     def _run_programs(self, runs: list[tuple[str, str, list[str] | None]],
                       workers: int | None = None) -> list[SandboxResult]:
         # surrogatepass: a lone surrogate in an answer gets a key (the sandbox then scores it 0, never raises)
@@ -133,8 +178,8 @@ class CodeTask(Task):
             todo = {k: r for k, r in zip(keys, runs) if k not in self._cache}
         if todo:
             results = run_many([r[0] for r in todo.values()], tests=[r[1] for r in todo.values()],
-                               names=[r[2] for r in todo.values()], workers=workers, timeout=self.timeout, memory_mb=self.memory_mb,
-                               unsafe_guard_only=self.unsafe_guard_only)
+                               names=[r[2] for r in todo.values()], workers=workers,
+                               unsafe_guard_only=self.unsafe_guard_only, **asdict(self.limits))
             with self._lock:
                 self._cache.update(zip(todo, results))
         return [self._cache[k] for k in keys]
@@ -197,10 +242,6 @@ class HumanEvalTask(CodeTask):
             code = textwrap.indent(textwrap.dedent(code), "    ")  # a bare body: it goes under the prompt's def
         tests = f"{_without_def(meta['prompt'], entry)}\n\n{meta['test']}\n\ncheck({entry})\n"
         return f"{meta['prompt']}{code}\n", tests
-
-    @property
-    def fingerprint(self) -> str:
-        return f"humaneval:{self.source}:{self.split}:t{self.timeout}"
 
 
 def _entry_point(row: dict) -> str:
@@ -267,14 +308,12 @@ class MBPPTask(CodeTask):
         return f"{example.question}\nYour code should pass these tests:\n\n{tests}"
 
     def program_names(self, example: Example) -> list[str]:
-        """The functions (and classes) the asserts call and neither they nor the setup define."""
-        return called_names(f"{example.metadata['setup']}\n" + "\n".join(example.metadata["test_list"]))
+        """The functions (and classes) the asserts call and neither they nor the setup define; a
+        builtin or module name among them (``sum``, ``copy``) when the reference solution defines it."""
+        return called_names(f"{example.metadata['setup']}\n" + "\n".join(example.metadata["test_list"]),
+                            defined=top_level_names(example.answer))
 
     def harness(self, code: str, example: Example) -> tuple[str, str]:
         """The program is the setup code plus the answer; the checker runs the setup and the asserts."""
         meta = example.metadata
         return f"{meta['setup']}\n{code}\n", f"{meta['setup']}\n" + "\n".join(meta["test_list"]) + "\n"
-
-    @property
-    def fingerprint(self) -> str:
-        return f"mbpp:{self.source}:{self.config}:{self.split}:t{self.timeout}"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import random
 
 from crl_envs.tasks.base import Example
+from crl_envs.tasks.hub import load_rows
 from crl_envs.tasks.numeric import NumericTask, extract_number
 
 HUB_ID = "openai/gsm8k"
@@ -18,26 +18,14 @@ class GSM8KTask(NumericTask):
         split: ``"test"`` (default) or ``"train"``.
         n: subsample ``n`` examples (seeded); all when ``None``.
         seed: subsampling seed.
-        path: a local JSONL file with ``question``/``answer`` fields; the hub is used otherwise.
+        path: a local JSONL (or JSON/Parquet/CSV) file with ``question``/``answer`` fields; the hub is used otherwise.
     """
 
     name = "gsm8k"
 
     def __init__(self, *, split: str | None = None, n: int | None = None, seed: int = 0, path: str | None = None):
-        import datasets
-
         split = split or "test"
-        if path is not None:
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"gsm8k: no such file {path!r} (expected a JSONL with question/answer fields)")
-            rows = datasets.load_dataset("json", data_files=str(path), split="train")
-        else:
-            from crl_envs.tasks.hub import load_hub_dataset
-
-            rows = load_hub_dataset(self.name, HUB_ID, "main", split, ("question", "answer"))
-        missing = {"question", "answer"} - set(rows.column_names)
-        if missing:
-            raise ValueError(f"gsm8k data lacks fields {sorted(missing)}; got {rows.column_names}")
+        rows = load_rows(self.name, hub_id=HUB_ID, config="main", split=split, path=path, required=("question", "answer"))
         examples = []
         for i, row in enumerate(rows):
             reference = extract_number(row["answer"].split("####")[-1])

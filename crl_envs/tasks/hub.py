@@ -27,17 +27,35 @@ def load_rows(
     ``required`` fields, as the hub dataset does.
     """
     import datasets
+    from datasets.exceptions import DatasetGenerationError
 
     if path is not None:
         files = [os.fspath(p) for p in ([path] if isinstance(path, (str, os.PathLike)) else path)]
+        expected = f"rows with fields {list(required)}"
         for f in files:
             if not os.path.exists(f):
                 raise FileNotFoundError(f"{task}: no such file {f!r} (expected a file with fields {list(required)})")
+            if not os.path.isfile(f):
+                raise IsADirectoryError(f"{task}: {f!r} is a directory, not a data file; pass path= the file "
+                                        f"itself (JSON/JSONL/Parquet/CSV {expected})")
+            if os.path.getsize(f) == 0:
+                raise ValueError(f"{task}: the data file {f!r} is empty; it needs {expected}")
         ext = _extension(files[0])
         if ext not in _BUILDERS:
             raise ValueError(f"{task}: cannot read {files[0]!r}; use one of {sorted(_BUILDERS)} (optionally .gz)")
         kwargs = {"delimiter": "\t"} if ext == ".tsv" else {}
-        data = datasets.load_dataset(_BUILDERS[ext], data_files=files, split="train", **kwargs)
+        try:
+            data = datasets.load_dataset(_BUILDERS[ext], data_files=files, split="train", **kwargs)
+        except (DatasetGenerationError, ValueError, StopIteration) as e:
+            cause = e.__cause__ if isinstance(e, DatasetGenerationError) and e.__cause__ is not None else e
+            detail = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+            if "corresponds to no data" in detail:  # datasets' words for a file without rows
+                detail = "no rows"
+            raise ValueError(f"{task}: cannot read {', '.join(map(repr, files))} as {ext[1:].upper()} ({detail}); "
+                             f"fix the file: it needs {expected}") from None
+        if len(data) == 0:
+            raise ValueError(f"{task}: cannot read {', '.join(map(repr, files))} as {ext[1:].upper()} (no rows); "
+                             f"fix the file: it needs {expected}")
     else:
         data = load_hub_dataset(task, hub_id, config, split, required)
     missing = set(required) - set(data.column_names)

@@ -12,7 +12,10 @@ per-question scores. A coalition's key hashes what actually plays it: its **memb
 fingerprints (an ``HFAgent``'s changes with its weights), the protocol and its options, role agents
 (e.g. a judge), whatever the protocol derives from the rest of the pool for these members
 (:meth:`crl_envs.protocols.base.ProtocolEnv.coalition_context`, e.g. a ring topology's closing edge),
-the task's fingerprint and examples, the members' sampling settings, samples and seed. So a coalition
+the task's fingerprint and examples (ids, questions, answers and metadata: a code task's tests and
+setup code, so the content of a ``path=`` file, not its name), the members' sampling settings,
+samples and seed. A file is validated when read (its key, its questions, one finite score in [0, 1]
+per question); one that fails is played again, with a warning naming it. So a coalition
 is the same game in every pool that holds it: adding a model to a pool of ``n`` plays only the ``2^n``
 coalitions that contain it, and two pools that share members share their common coalitions. (Version 1
 keyed every coalition by the whole pool; its files are ignored and may be deleted.) Each file is
@@ -30,6 +33,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -153,7 +157,9 @@ class CoalitionGame:
             "options": canonical(self.options),
             "roles": {r: a.fingerprint for r, a in sorted(self._role_agents.items())},
             "task": self.task.fingerprint,
-            "examples": digest([[e.id, e.question, e.answer] for e in self.task.examples]),
+            # by content, not by file name: an example's metadata holds what scores it beyond its answer
+            # (a code task's tests, setup code and entry point; the choices of a multiple-choice row)
+            "examples": digest([[e.id, e.question, e.answer, canonical(e.metadata)] for e in self.task.examples]),
             "n_examples": len(self.task),
             "samples": self.samples,
             "seed": self.seed,
@@ -219,15 +225,37 @@ class CoalitionGame:
         path = self._path(mask)
         if path is None or not path.exists():
             return None
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):  # a torn file cannot exist (atomic writes); be safe anyway
+        scores, problem = self._read(path, mask)
+        if problem:  # tampered with or damaged: never reported, played again (and the file rewritten)
+            warnings.warn(f"coalition cache file {path}: {problem}; ignoring it, the coalition is played again",
+                          RuntimeWarning, stacklevel=2)
             return None
-        if record.get("key") != self.coalition_key(mask) or record.get("example_ids") != self.example_ids:
-            return None
-        scores = np.asarray(record["scores"], dtype=float)
         self._memory[mask] = scores
         return scores
+
+    def _read(self, path: Path, mask: int) -> tuple[np.ndarray | None, str]:
+        """A cache file's scores, validated (this coalition's key and questions, one finite score in
+        [0, 1] per question), or ``(None, what is wrong)``."""
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            return None, f"unreadable ({type(e).__name__})"
+        if not isinstance(record, dict):
+            return None, f"holds a {type(record).__name__}, not a coalition record"
+        if record.get("key") != self.coalition_key(mask):
+            return None, "its key is not this coalition's"
+        if record.get("example_ids") != self.example_ids:
+            return None, "its questions are not this game's"
+        raw = record.get("scores")
+        if not isinstance(raw, list) or len(raw) != len(self.example_ids):
+            return None, (f"{len(raw) if isinstance(raw, list) else 'no'} scores for "
+                          f"{len(self.example_ids)} questions")
+        if not all(type(x) in (int, float) for x in raw):
+            return None, "a score is not a number"
+        scores = np.asarray(raw, dtype=float)
+        if not (np.isfinite(scores).all() and (scores >= 0).all() and (scores <= 1).all()):
+            return None, f"a score outside [0, 1] or not finite ({next(x for x in raw if not 0 <= x <= 1)})"
+        return scores, ""
 
     def _check_masks(self, masks: Iterable[int]) -> list[int]:
         masks = list(dict.fromkeys(int(m) for m in masks))

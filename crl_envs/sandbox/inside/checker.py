@@ -8,7 +8,6 @@ import builtins
 import importlib
 import json
 import os
-import traceback
 
 from . import codec, guard
 
@@ -32,7 +31,12 @@ class Connection:
         codec.send(self.requests, request)
         reply = codec.recv(self.answers)
         if type(reply) is list and len(reply) == 3 and reply[0] == "err" and type(reply[1]) is str:
-            raise ERRORS.get(reply[1], RuntimeError)(f"(raised by the program) {reply[2]}")
+            error = ERRORS.get(reply[1], RuntimeError)
+            if issubclass(error, (StopIteration, StopAsyncIteration)):
+                # PEP 479's rule: a StopIteration must not end the checker's loop (``all(map(...))`` would
+                # stop early and pass); it crosses from the program as a RuntimeError.
+                raise RuntimeError(f"(raised by the program) {reply[1]}: {reply[2]}")
+            raise error(f"(raised by the program) {reply[2]}")
         if type(reply) is not list or len(reply) != 3 or reply[0] != "ok" or type(reply[2]) is not list:
             raise ValueError("malformed answer from the program")
         changed = []
@@ -127,10 +131,7 @@ def main(argv):
     try:
         check(code, Connection(requests, answers), names, imports)
     except BaseException:
-        guard.flush()
-        traceback.print_exc()
-        guard.flush()
-        os._exit(1)
+        guard.fail()
     guard.flush()
     os.write(verdict, b"pass")
     os._exit(0)

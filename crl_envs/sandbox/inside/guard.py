@@ -8,6 +8,7 @@ Once installed it cannot be removed, so only the sandbox's own entry points call
 import os
 import resource
 import sys
+import traceback
 
 REFUSED = frozenset({
     "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "os.system", "os.exec",
@@ -101,3 +102,11 @@ def flush():
             stream.flush()
         except Exception:
             pass
+
+
+def fail():
+    """Print the exception being handled (its traceback is the run's tail) and exit with status 1 at once."""
+    flush()
+    traceback.print_exc()
+    flush()
+    os._exit(1)

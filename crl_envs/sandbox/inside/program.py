@@ -7,7 +7,6 @@ completion on, for ``serve`` the request fd and the answer fd.
 import builtins
 import os
 import sys
-import traceback
 
 from . import codec, guard
 
@@ -87,10 +86,7 @@ def main(argv):
     try:
         exec(code, namespace)
     except BaseException:
-        guard.flush()
-        traceback.print_exc()
-        guard.flush()
-        os._exit(1)
+        guard.fail()
     guard.flush()
     if mode == "run":
         os.write(fds[1], b"done")
