@@ -83,8 +83,8 @@ def paired_t_test(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     out: dict[str, Any] = {"statistic": float(d.mean()) if d.size else float("nan"), "df": int(d.size) - 1}
     if d.size < 2:
         raise ValueError(f"paired_t_test: needs at least 2 pairs (seeds), got {d.size}; run more seeds")
-    if np.ptp(d) == 0:
-        why = "every paired difference is 0 (a tie)" if d[0] == 0 else \
+    if np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max())):  # equal up to rounding (accuracies are k/n)
+        why = "every paired difference is 0 (a tie)" if abs(d[0]) <= 1e-12 else \
             f"every paired difference equals {d[0]:+.4g} (zero variance)"
         return {**out, "t": None, "p_value": None, "undefined": why}
     res = _scipy_stats.ttest_rel(x, y)
