@@ -205,7 +205,8 @@ def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
             "protocol": setup, "protocol_name": (protocols or {}).get(setup, setup), "task": task,
             "budget": dict((budgets or {}).get(setup, {})), "before": float(before.mean()), "seeds": seeds,
             "delta": delta,
-            "learner_alone": {"before": a0, "after": {t: [a0 + x for x in alone_delta[t]["per_seed"]] for t in present},
+            "learner_alone": {"before": a0, "after": {t: [float(np.mean(by_trainer[t][s]["standalone"])) for s in seeds]
+                                                      for t in present},
                               "delta": alone_delta},
             "learner_collapse": collapsed, "strongest": strongest, "tie": len(strongest) > 1,
         }
