@@ -307,3 +307,9 @@ def test_tiny_zoo_study_renders_the_training_verdicts(tmp_path):
     assert "**C-RL against each baseline** over 1 settings (setup x task), 2 seed(s) each" in text
     assert "Note: 2 seed(s) in some setting: fewer than 3" in text
     assert "| vote | arith | 2 steps, lr 0.001 | crl" in text and "learner alone before -> after per seed" in text
+
+
+def test_the_plan_prices_every_trainer_of_the_roster():
+    from crl_envs.study.plan import TRAINER_EPISODES
+
+    assert set(TRAINER_EPISODES) == set(trainers.ROSTER)
