@@ -254,6 +254,10 @@ def test_training_config_reads_the_trainers_roster_and_defaults(tmp_path):
         (defaults["steps"], defaults["learning_rate"], defaults["questions_per_step"], defaults["num_generations"])
     assert load_config({**training_config(tmp_path), "tasks": {"arith": {"n": 5}}}).sampling["max_new_tokens"] == \
         defaults["max_new_tokens"]
+    cfg = load_config(training_config(tmp_path, seeds=[0], setups={"vote": {"learning_rate": 1e-3}}))
+    assert f"training: crl, grpo, loo_reward, shapley_credit x seeds [0], every trainer with its setup's budget " \
+           f"(vote: {defaults['steps']} steps x 8 questions x 8 generations, lr 0.001); fewer than 3 seeds" in \
+           study.describe_plan(cfg, study.plan(cfg))
 
 
 @pytest.mark.parametrize("training, message", [

@@ -71,6 +71,12 @@ def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
     lines.append(f"| all | {total['cells']} | {total['done']} | | {total['episodes']:,.0f} | {total['calls']:,.0f} | "
                  f"{total['tokens']:,.0f} |")
     lines.append("(valuation coalitions shared by several cells are counted once; tokens = calls x max_new_tokens)")
+    t = config.training
+    if t is not None:
+        budgets = "; ".join(f"{k}: {s.steps} steps x {t.questions_per_step} questions x {t.num_generations} generations, "
+                            f"lr {s.learning_rate:g}" for k, s in t.setups.items())
+        lines.append(f"training: {', '.join(t.trainers)} x seeds {t.seeds}, every trainer with its setup's budget "
+                     f"({budgets})" + ("" if len(t.seeds) >= 3 else "; fewer than 3 seeds: little power per setting"))
     return "\n".join(lines)
 
 
