@@ -8,7 +8,7 @@ on arith *train* questions, and is evaluated greedily on the same 200 held-out *
 measured from the untrained learner's evaluation. Each run is a study cell: a rerun resumes, and the
 table (Δ system accuracy and the learner's own Δ per trainer and seed with bootstrap CIs, C-RL's wins,
 ties, losses and significant wins against each baseline, mean gains and gain ratios) is the study's
-``study.md``. The same grid as a config file:
+``study.md``. The same kind of grid as a config file (one learning rate for every setup there):
 ``studies/paper-small.toml``'s ``[training]`` section.
 """
 
