@@ -6,8 +6,9 @@
 For every setup and seed, each trainer starts from the same zoo model (zoo-rookie, ``model_4``), trains
 on arith *train* questions, and is evaluated greedily on the same 200 held-out *test* questions; Δ is
 measured from the untrained learner's evaluation. Each run is a study cell: a rerun resumes, and the
-table (Δ system accuracy per trainer with seed x question bootstrap CIs, the winner, C-RL's count of
-wins, mean gains and gain ratios) is the study's ``study.md``. The same grid as a config file:
+table (Δ system accuracy and the learner's own Δ per trainer and seed with bootstrap CIs, C-RL's wins,
+ties, losses and significant wins against each baseline, mean gains and gain ratios) is the study's
+``study.md``. The same kind of grid as a config file (one learning rate for every setup there):
 ``studies/paper-small.toml``'s ``[training]`` section.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 
+import trainers
 from crl_envs import study
 
 #: The setups, by label: the protocol (default: the label), its options (``"{learner}"`` is the
@@ -30,7 +32,7 @@ SETUPS: dict[str, dict] = {
     "judge-plurality": {"protocol": "judge", "options": {"judge": "{learner}"}, "learning_rate": 1e-3, "steps": 48},
     "vote": {"options": {}, "learning_rate": 5e-5, "steps": 24},
 }
-TRAINERS = ["crl", "grpo", "loo_reward", "shapley_credit"]
+TRAINERS = list(trainers.ROSTER)
 
 
 def config(setups: list[str], trainers: list[str], seeds: list[int], out: str) -> dict:
@@ -38,9 +40,9 @@ def config(setups: list[str], trainers: list[str], seeds: list[int], out: str) -
     return {
         "study": {"name": "compare-trainers", "out": out},
         "pools": {"zoo": "zoo"},
-        "tasks": {"arith": {"options": {"digits": 2, "operations": ["+", "-"]}}},
+        "tasks": {"arith": {"max_new_tokens": 24, "options": {"digits": 2, "operations": ["+", "-"]}}},
         "training": {"pool": "zoo", "learner": "model_4", "tasks": ["arith"], "trainers": trainers, "seeds": seeds,
-                     "questions_per_step": 8, "num_generations": 8, "max_new_tokens": 24, "n_train": 1000,
+                     "questions_per_step": 8, "num_generations": 8, "n_train": 1000,
                      "n_eval": 200, "shapley_coalitions": 2, "setups": {s: SETUPS[s] for s in setups}},
     }
 

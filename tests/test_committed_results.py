@@ -79,3 +79,7 @@ def test_study_cheapest_cells(tmp_path):
                   if (s["protocol"], s["task"]) == (train.spec["setup_label"], train.spec["task_label"])]
     assert np.mean(out["baseline"]["system"]) == setting["before"]
     assert delta == setting["delta"][train.spec["trainer"]]["per_seed"][setting["seeds"].index(train.spec["seed"])]
+    alone = setting["learner_alone"]  # the learner's own accuracy, before and after
+    assert np.mean(out["baseline"]["standalone"]) == alone["before"]
+    assert np.mean(out["training"]["standalone"]) == \
+        alone["after"][train.spec["trainer"]][setting["seeds"].index(train.spec["seed"])]

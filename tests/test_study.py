@@ -195,6 +195,9 @@ def test_dry_run_counts_runs_calls_and_shared_coalitions(tmp_path):
 
 
 def test_training_statistics_recomputed_independently():
+    """Δ per trainer and seed, the learner's own accuracy, wins/ties/losses of C-RL against each baseline
+    (ties stay ties) and the mean gains, recomputed here (tests/test_study_training_verdicts.py checks
+    the tests and CIs)."""
     rng = np.random.default_rng(4)
     q, trainers_ = 40, ["crl", "grpo", "loo_reward"]
     baselines, runs = {}, {}
@@ -203,9 +206,12 @@ def test_training_statistics_recomputed_independently():
             ("debate", "arith"): {"crl": 0.02, "grpo": -0.02, "loo_reward": 0.0}}
     for key, by_trainer in lift.items():
         before = (rng.random(q) < 0.5).astype(float)
-        baselines[key] = {"system": before.tolist()}
-        runs[key] = {t: {s: {"system": np.where(rng.random(q) < p, 1.0, before).tolist()} for s in (0, 1)}
+        alone = (rng.random(q) < 0.3).astype(float)
+        baselines[key] = {"system": before.tolist(), "standalone": alone.tolist()}
+        runs[key] = {t: {s: {"system": np.where(rng.random(q) < p, 1.0, before).tolist(),
+                             "standalone": np.where(rng.random(q) < 0.1, 0.0, alone).tolist()} for s in (0, 1)}
                      for t, p in by_trainer.items()}
+    runs[("judge", "arith")]["loo_reward"] = runs[("judge", "arith")]["crl"]  # the same outcomes: a tie
     out = training_tables(baselines, runs, trainers_, resamples=500)
     deltas = {}
     for st in out["settings"]:
@@ -217,19 +223,25 @@ def test_training_statistics_recomputed_independently():
             assert st["delta"][t]["value"] == pytest.approx(d[t])
             lo, hi = st["delta"][t]["ci"]
             assert lo <= d[t] <= hi
-        best = max(d.values())
-        assert st["winner"] == next(t for t in trainers_ if d[t] == best)
+            assert st["learner_alone"]["after"][t] == [np.mean(runs[key][t][s]["standalone"]) for s in (0, 1)]
+        assert st["strongest"] == [t for t in trainers_ if d[t] == pytest.approx(max(d.values()))]
     s = out["summary"]
-    assert s["settings"] == 3
-    assert s["crl_strongest"] == sum(all(d["crl"] >= d[t] for t in trainers_) for d in deltas.values())
+    assert s["settings"] == 3 and s["seeds"] == [2]
+    for b in ("grpo", "loo_reward"):
+        diffs = [d["crl"] - d[b] for d in deltas.values()]
+        c = s["crl_vs"][b]
+        assert (c["wins"], c["ties"], c["losses"]) == (sum(x > 1e-12 for x in diffs), sum(abs(x) <= 1e-12 for x in diffs),
+                                                       sum(x < -1e-12 for x in diffs))
+    assert s["crl_vs"]["loo_reward"]["ties"] >= 1 and out["settings"][0]["tie"]  # judge: identical outcomes
     mean = {t: np.mean([d[t] for d in deltas.values()]) for t in trainers_}
     for t in trainers_:
         assert s["mean_gain"][t] == pytest.approx(mean[t])
-    assert s["gain_ratio"]["grpo"]["value"] == pytest.approx(mean["crl"] / mean["grpo"])
-    assert s["gain_ratio"]["loo_reward"]["value"] == pytest.approx(mean["crl"] / mean["loo_reward"])
-    best = max((d[t], t, k) for k, d in deltas.items() for t in trainers_)
-    assert (s["max_gain"]["value"], s["max_gain"]["trainer"], s["max_gain"]["protocol"]) == \
-        (pytest.approx(best[0]), best[1], best[2][0])
+    assert s["crl_vs"]["grpo"]["ratio"]["value"] == pytest.approx(mean["crl"] / mean["grpo"])
+    assert s["crl_vs"]["loo_reward"]["ratio"]["value"] == pytest.approx(mean["crl"] / mean["loo_reward"])
+    best = max(d[t] for d in deltas.values() for t in trainers_)
+    assert s["largest_gain"]["value"] == pytest.approx(best)
+    assert [(b["trainer"], b["protocol"]) for b in s["largest_gain"]["by"]] == \
+        [(t, k[0]) for k, d in deltas.items() for t in trainers_ if d[t] == pytest.approx(best)]
 
 
 # ---------------------------------------------------------------------- resume after a kill mid-cell
@@ -293,14 +305,15 @@ def test_resume_after_sigkill_mid_cell(tmp_path):
 
 # ---------------------------------------------------------------------- executors
 TRAINING = {"pool": "zoo", "learner": "model_4", "trainers": ["crl", "grpo"], "seeds": [0], "questions_per_step": 2,
-            "num_generations": 2, "n_train": 16, "n_eval": 12, "max_new_tokens": 12,
+            "num_generations": 2, "n_train": 16, "n_eval": 12,
             "setups": {"vote": {"steps": 2, "learning_rate": 1e-3}}, "bootstrap_resamples": 200}
 
 
 def executor_config(out: Path, executor: dict) -> dict:
     return scripted_config(out, executor=executor, pools={**scripted_config(out)["pools"], "zoo": "zoo"},
                            valuation={"pools": ["four", "three"], "bootstrap_resamples": 200},
-                           tasks={"arith": {"n": 20, "seed": 2, "options": {"digits": 2, "operations": ["+", "-"]}}},
+                           tasks={"arith": {"n": 20, "seed": 2, "max_new_tokens": 12,
+                                            "options": {"digits": 2, "operations": ["+", "-"]}}},
                            training=TRAINING)
 
 

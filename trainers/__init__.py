@@ -35,12 +35,15 @@ from trainers.crl import CRLTrainer
 from trainers.losses import LOSSES, LossInputs, clipped_token_loss, register_loss
 from trainers.rollout import LearnerSequence, learner_sequences, rollout_episodes, token_logprobs
 
+#: The trainer roster, by name: the one place it is written (the study's ``[training] trainers`` reads it).
 TRAINERS = {"crl": CRLTrainer, "grpo": GRPOTrainer, "loo_reward": LOORewardTrainer, "shapley_credit": ShapleyCreditTrainer}
+#: The default roster of a comparison: C-RL and every baseline, Shapley credit included.
+ROSTER: tuple[str, ...] = tuple(TRAINERS)
 
 __all__ = [
     "ADVANTAGES", "compute_advantages", "register_advantage", "EvalResult", "PolicyGradientTrainer", "RolloutBatch",
     "Trainer", "paired_bootstrap_ci", "PairedCI", "Improvement", "compare", "evaluate_policy", "GRPOTrainer", "LOORewardTrainer", "ShapleyCreditTrainer", "shapley_weight",
     "CRLConfig", "GRPOConfig", "LoraSettings", "LOORewardConfig", "ShapleyCreditConfig", "TrainerConfig",
     "CRLTrainer", "LOSSES", "LossInputs", "clipped_token_loss", "register_loss", "LearnerSequence",
-    "learner_sequences", "rollout_episodes", "token_logprobs", "TRAINERS",
+    "learner_sequences", "rollout_episodes", "token_logprobs", "TRAINERS", "ROSTER",
 ]

@@ -3,7 +3,7 @@ process, local worker processes or Ray, with the paper's statistics computed fro
 
     >>> from crl_envs import study
     >>> result = study.run("studies/paper-small.toml")  # every cell: long; tests/test_study.py  # doctest: +SKIP
-    >>> result["valuation"]["summary"]["uncorrelated"], result["training"]["summary"]["crl_strongest"]  # doctest: +SKIP
+    >>> result["valuation"]["summary"]["uncorrelated"], result["training"]["summary"]["crl_vs"]  # doctest: +SKIP
 
 - :func:`load_config` — read and validate a config (one-line errors naming the key and the fix);
 - :func:`plan` — its cells with their fingerprints and cost, before anything runs (``--dry-run``);
@@ -12,9 +12,13 @@ process, local worker processes or Ray, with the paper's statistics computed fro
 ``study.json`` holds ``valuation.settings`` (one entry per pool x protocol x task x seed: ``pool``,
 ``family``, ``protocol``, ``task``, per-model ``individual`` / ``loo`` / ``shapley``, ``kendall_tau``,
 ``p_value``), ``valuation.summary`` (``uncorrelated``, ``settings``, ``alpha``, per-family counts under
-``families``), ``training.settings`` (one per setup x task: ``protocol``, ``task``, per-trainer ``delta``
-with ``ci``, ``winner``, ``significant``) and ``training.summary`` (``crl_strongest``, ``settings``,
-per-trainer ``mean_gain``, ``gain_ratio`` per baseline with ``ci``, ``max_gain``). Fractions, not points.
+``families``), ``training.settings`` (one per setup x task: ``protocol``, ``task``, ``seeds``, ``budget``,
+per-trainer ``delta`` with ``ci`` and ``per_seed``/``per_seed_ci``, ``learner_alone`` (the learner's own
+accuracy ``before`` and ``after`` per trainer and seed, and its ``delta``), ``learner_collapse``,
+``strongest`` (ties list several), ``crl_vs`` per baseline: ``outcome`` win/tie/loss, ``p_value``,
+``significant``) and ``training.summary`` (``crl_vs`` per baseline: ``wins``, ``ties``, ``losses``,
+``significant_wins``, the ``across`` settings x seeds test, the gain ``ratio`` with ``ci`` or why it is
+``undefined``; per-trainer ``mean_gain`` and ``mean_learner_gain``, ``largest_gain``). Fractions, not points.
 """
 
 from __future__ import annotations
@@ -67,6 +71,12 @@ def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
     lines.append(f"| all | {total['cells']} | {total['done']} | | {total['episodes']:,.0f} | {total['calls']:,.0f} | "
                  f"{total['tokens']:,.0f} |")
     lines.append("(valuation coalitions shared by several cells are counted once; tokens = calls x max_new_tokens)")
+    t = config.training
+    if t is not None:
+        budgets = "; ".join(f"{k}: {s.steps} steps x {t.questions_per_step} questions x {t.num_generations} generations, "
+                            f"lr {s.learning_rate:g}" for k, s in t.setups.items())
+        lines.append(f"training: {', '.join(t.trainers)} x seeds {t.seeds}, every trainer with its setup's budget "
+                     f"({budgets})" + ("" if len(t.seeds) >= 3 else "; fewer than 3 seeds: little power per setting"))
     return "\n".join(lines)
 
 
@@ -122,9 +132,11 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
             elif c.kind == "training":
                 runs[key][c.spec["trainer"]][c.spec["seed"]] = results[c.id]
         t = config.training
-        out["training"] = training_tables(baselines, runs, t.trainers, ci_level=t.ci_level,
+        budgets = {k: {"steps": s.steps, "learning_rate": s.learning_rate, "questions_per_step": t.questions_per_step,
+                       "num_generations": t.num_generations} for k, s in t.setups.items()}
+        out["training"] = training_tables(baselines, runs, t.trainers, ci_level=t.ci_level, alpha=t.alpha,
                                           resamples=t.bootstrap_resamples,
-                                          protocols={k: s.protocol for k, s in t.setups.items()})
+                                          protocols={k: s.protocol for k, s in t.setups.items()}, budgets=budgets)
     return out
 
 

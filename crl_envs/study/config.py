@@ -18,6 +18,7 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
     [tasks.arith]                       # label = a task: crl_envs.tasks.load(name, split, n, seed, **options)
     name = "arith"
     n = 100
+    max_new_tokens = 24                 # this task's answer length (valuation and training); default [sampling]'s
 
     [protocols.debate]                  # label = a protocol (default: the label) and its options
     options = {rounds = 2}
@@ -28,21 +29,22 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
     alpha = 0.05
 
     [training]                          # one cell per setup x task x trainer x seed: a trainer's fit()
-    pool = "zoo"
+    pool = "zoo"                        # one pool, apart from [valuation] pools
     learner = "model_4"
-    trainers = ["crl", "grpo"]
+    trainers = ["crl", "grpo"]          # default: trainers.ROSTER (every trainer, Shapley credit included)
     tasks = ["arith"]
-    seeds = [0, 1]
+    seeds = [0, 1, 2]                   # the default: 3 seeds
+    steps = 24                          # defaults of steps, learning_rate, questions_per_step and
+    learning_rate = 1e-3                #   num_generations: trainers.TrainerConfig's
 
     [training.setups.judge-plurality]   # label = a protocol (a [protocols] label or a protocol name)
     protocol = "judge"
     options = {judge = "{learner}"}
-    steps = 48
-    learning_rate = 1e-3
+    steps = 48                          # a setup's budget and learning rate hold for EVERY trainer
 
     [sampling]                          # the valuation's sampling (training evaluates greedily)
     temperature = 0.0
-    max_new_tokens = 24
+    max_new_tokens = 24                 # default trainers.TrainerConfig's; a task's max_new_tokens wins
 
     [executor]
     kind = "local"                      # "processes" (workers = 2) or "ray" (address = "head:6379")
@@ -62,7 +64,6 @@ from typing import Any
 
 SECTIONS = ("study", "pools", "tasks", "protocols", "valuation", "training", "sampling", "executor")
 ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
-TRAINER_NAMES = ("crl", "grpo", "loo_reward", "shapley_credit")
 EXECUTOR_KINDS = ("local", "processes", "ray")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -146,12 +147,16 @@ class PoolConfig:
 
 @dataclass(frozen=True)
 class TaskConfig:
+    """A task; ``max_new_tokens`` (``None``: ``[sampling]``'s) is its answer length, kept out of
+    :meth:`describe` since it is sampling (cells carry it in their sampling)."""
+
     label: str
     name: str
     n: int | None
     split: str | None
     seed: int
     options: dict[str, Any]
+    max_new_tokens: int | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "n": self.n, "split": self.split, "seed": self.seed, "options": self.options}
@@ -198,6 +203,9 @@ class SetupConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
+    """``[training]``: every trainer gets each setup's ``steps`` and ``learning_rate`` (one budget and one
+    learning-rate rule for all); defaults are :class:`trainers.TrainerConfig`'s."""
+
     pool: str
     learner: str
     setups: dict[str, SetupConfig]
@@ -206,7 +214,6 @@ class TrainingConfig:
     seeds: list[int]
     questions_per_step: int
     num_generations: int
-    max_new_tokens: int
     n_train: int
     n_eval: int
     train_split: str
@@ -215,6 +222,7 @@ class TrainingConfig:
     lora: dict[str, Any] | None
     bootstrap_resamples: int
     ci_level: float
+    alpha: float
     threads: int
 
 
@@ -241,6 +249,11 @@ class StudyConfig:
     executor: ExecutorConfig
     source: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def sampling_for(self, task: str) -> dict[str, Any]:
+        """``[sampling]`` with the task's own ``max_new_tokens`` where it sets one (valuation and training)."""
+        own = self.tasks[task].max_new_tokens
+        return self.sampling if own is None else {**self.sampling, "max_new_tokens": own}
 
 
 # ---------------------------------------------------------------------- parsing
@@ -349,7 +362,7 @@ def _member(key: str, member: Any, pool_module: Any) -> Any:
 def _task(label: str, spec: Any) -> TaskConfig:
     key = f"tasks.{label}"
     spec = _table(key, spec)
-    _unknown_keys(key, spec, ["name", "n", "split", "seed", "options"])
+    _unknown_keys(key, spec, ["name", "n", "split", "seed", "options", "max_new_tokens"])
     from crl_envs import tasks as task_registry
     from crl_envs.options import accepts_any_keyword, keyword_options
 
@@ -370,7 +383,10 @@ def _task(label: str, spec: Any) -> TaskConfig:
     if options and not accepts_any_keyword(factory):
         valid = [o for o in keyword_options(factory) if o not in ("split", "n", "seed")]
         _unknown_keys(f"{key}.options", options, valid)
-    return TaskConfig(label, name, n, split, _int(f"{key}.seed", spec.get("seed", 0)), options)
+    mnt = spec.get("max_new_tokens")
+    if mnt is not None:
+        _int(f"{key}.max_new_tokens", mnt, 1, "24")
+    return TaskConfig(label, name, n, split, _int(f"{key}.seed", spec.get("seed", 0)), options, mnt)
 
 
 def _protocol(key: str, label: str, spec: Any) -> ProtocolConfig:
@@ -397,7 +413,8 @@ def _sampling(spec: dict[str, Any]) -> dict[str, Any]:
     _unknown_keys("sampling", spec, ["temperature", "top_p", "max_new_tokens"])
     out = {"temperature": _number("sampling.temperature", spec.get("temperature", 0.0), 0.0, 10.0, "0.0"),
            "top_p": _number("sampling.top_p", spec.get("top_p", 1.0), 0.0, 1.0, "1.0")}
-    out["max_new_tokens"] = _int("sampling.max_new_tokens", spec.get("max_new_tokens", 256), 1, "24")
+    out["max_new_tokens"] = _int("sampling.max_new_tokens", spec.get("max_new_tokens", _trainer_defaults()["max_new_tokens"]),
+                                 1, "24")
     if out["top_p"] == 0.0:
         raise _error("sampling.top_p", "must be > 0 (1.0 keeps every token)")
     return out
@@ -445,26 +462,63 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
         bootstrap_resamples=_int("valuation.bootstrap_resamples", spec.get("bootstrap_resamples", 2000), 1, "2000"))
 
 
+def _trainer_defaults() -> dict[str, Any]:
+    """The defaults of :class:`trainers.TrainerConfig`'s fields (the one place they are written)."""
+    from dataclasses import MISSING, fields
+
+    from trainers import TrainerConfig
+
+    return {f.name: f.default for f in fields(TrainerConfig) if f.default is not MISSING}
+
+
 def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
+    from trainers import ROSTER
+
     valid = ["pool", "learner", "setups", "tasks", "trainers", "seeds", "steps", "learning_rate", "questions_per_step",
-             "num_generations", "max_new_tokens", "n_train", "n_eval", "train_split", "eval_split",
-             "shapley_coalitions", "lora", "bootstrap_resamples", "ci_level", "threads"]
+             "num_generations", "n_train", "n_eval", "train_split", "eval_split",
+             "shapley_coalitions", "lora", "bootstrap_resamples", "ci_level", "alpha", "threads"]
+    if "max_new_tokens" in spec:
+        raise _error("training.max_new_tokens", "moved: a task's answer length is [tasks.<label>] max_new_tokens "
+                                                "(or [sampling] max_new_tokens for every task), for valuation and "
+                                                "training alike; remove it here")
     _unknown_keys("training", spec, valid)
+    defaults = _trainer_defaults()
     pool = spec.get("pool")
     if pool not in pools:
         raise _error("training.pool", f"must name a pool of [pools] ({', '.join(pools)}), got {pool!r}")
     learner = spec.get("learner", "model_0")
     if not isinstance(learner, str) or not re.fullmatch(r"model_\d+", learner):
         raise _error("training.learner", f"must be a pool agent id such as \"model_4\", got {learner!r}")
-    steps = _int("training.steps", spec.get("steps", 24), 1, "24")
-    lr = _number("training.learning_rate", spec.get("learning_rate", 5e-5), 0.0, 1.0, "1e-3")
+    per_trainer = "every trainer gets the same steps and learning rate (one budget and one learning-rate rule for all " \
+                  "trainers, per setup at most); give one number"
+    for k in ("steps", "learning_rate"):
+        if isinstance(spec.get(k), Mapping):
+            raise _error(f"training.{k}", per_trainer)
+    steps = _int("training.steps", spec.get("steps", defaults["steps"]), 1, "24")
+    lr = _number("training.learning_rate", spec.get("learning_rate", defaults["learning_rate"]), 0.0, 1.0, "1e-3")
     setups_spec = _table("training.setups", spec.get("setups"))
     if not setups_spec:
         raise _error("training.setups", "define at least one setup, e.g. [training.setups.vote] (a protocol to train in)")
+    trainer_names = spec.get("trainers", list(ROSTER))
+    if isinstance(trainer_names, str) or not isinstance(trainer_names, list) or not trainer_names:
+        raise _error("training.trainers", f"must be a non-empty list of {', '.join(ROSTER)}")
+    for t in trainer_names:
+        if t not in ROSTER:
+            close = difflib.get_close_matches(str(t), ROSTER, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _error("training.trainers", f"unknown trainer {t!r}{hint}; trainers: {', '.join(ROSTER)}")
+    if len(set(trainer_names)) != len(trainer_names):
+        raise _error("training.trainers", f"lists a trainer twice: {trainer_names}")
     setups = {}
     for label, s in setups_spec.items():
         key = f"training.setups.{label}"
         s = _table(key, s)
+        for k in ("steps", "learning_rate"):
+            if isinstance(s.get(k), Mapping):
+                raise _error(f"{key}.{k}", per_trainer)
+        for t in ROSTER:
+            if t in s:
+                raise _error(f"{key}.{t}", per_trainer)
         _unknown_keys(key, s, ["protocol", "options", "steps", "learning_rate"])
         base = s.get("protocol", label)
         if base in protocols and "options" not in s:
@@ -475,32 +529,28 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         setups[label] = SetupConfig(label, proto.protocol, proto.options,
                                     _int(f"{key}.steps", s.get("steps", steps), 1, "24"),
                                     _number(f"{key}.learning_rate", s.get("learning_rate", lr), 0.0, 1.0, "1e-3"))
-    trainer_names = spec.get("trainers", list(TRAINER_NAMES))
-    if isinstance(trainer_names, str) or not isinstance(trainer_names, list) or not trainer_names:
-        raise _error("training.trainers", f"must be a non-empty list of {', '.join(TRAINER_NAMES)}")
-    for t in trainer_names:
-        if t not in TRAINER_NAMES:
-            close = difflib.get_close_matches(str(t), TRAINER_NAMES, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise _error("training.trainers", f"unknown trainer {t!r}{hint}; trainers: {', '.join(TRAINER_NAMES)}")
     lora = spec.get("lora")
     if lora is not None:
         lora = _table("training.lora", lora)
         _unknown_keys("training.lora", lora, ["r", "alpha", "dropout", "target_modules"])
     sc = spec.get("shapley_coalitions", 2)
+    alpha = _number("training.alpha", spec.get("alpha", 0.05), 0.0, 1.0, "0.05")
+    if not 0 < alpha < 1:
+        raise _error("training.alpha", f"must lie strictly between 0 and 1 (e.g. 0.05), got {alpha!r}")
     return TrainingConfig(
         pool=pool, learner=learner, setups=setups,
         tasks=_labels("training.tasks", spec.get("tasks"), tasks, "task"), trainers=list(trainer_names),
-        seeds=_seeds("training.seeds", spec.get("seeds", [0])),
-        questions_per_step=_int("training.questions_per_step", spec.get("questions_per_step", 8), 1, "8"),
-        num_generations=_int("training.num_generations", spec.get("num_generations", 8), 2, "8"),
-        max_new_tokens=_int("training.max_new_tokens", spec.get("max_new_tokens", 24), 1, "24"),
+        seeds=_seeds("training.seeds", spec.get("seeds", [0, 1, 2])),
+        questions_per_step=_int("training.questions_per_step",
+                                spec.get("questions_per_step", defaults["questions_per_step"]), 1, "8"),
+        num_generations=_int("training.num_generations", spec.get("num_generations", defaults["num_generations"]),
+                             2, "8"),
         n_train=_int("training.n_train", spec.get("n_train", 1000), 1, "1000"),
         n_eval=_int("training.n_eval", spec.get("n_eval", 200), 1, "200"),
         train_split=str(spec.get("train_split", "train")), eval_split=str(spec.get("eval_split", "test")),
         shapley_coalitions=None if sc is None else _int("training.shapley_coalitions", sc, 1, "2"),
         lora=lora, bootstrap_resamples=_int("training.bootstrap_resamples", spec.get("bootstrap_resamples", 5000), 1),
-        ci_level=_number("training.ci_level", spec.get("ci_level", 0.95), 0.5, 0.999, "0.95"),
+        ci_level=_number("training.ci_level", spec.get("ci_level", 0.95), 0.5, 0.999, "0.95"), alpha=alpha,
         threads=_int("training.threads", spec.get("threads", 1), 1, "1"))
 
 

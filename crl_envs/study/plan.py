@@ -63,7 +63,7 @@ def cells(config: StudyConfig) -> list[Cell]:
                             "protocol": config.protocols[proto].describe(), "protocol_label": proto,
                             "task": config.tasks[task].describe(), "task_label": task,
                             "estimator": v.estimator, "samples": v.samples, "seed": seed, "budget": v.budget,
-                            "sampling": config.sampling, "ci_level": v.ci_level,
+                            "sampling": config.sampling_for(task), "ci_level": v.ci_level,
                             "bootstrap_resamples": v.bootstrap_resamples,
                         }
                         out.append(_cell("valuation", f"valuation/{pool}/{proto}/{task}/seed{seed}", spec))
@@ -77,7 +77,8 @@ def cells(config: StudyConfig) -> list[Cell]:
                     "options": _substitute(setup.options, t.learner),
                     "task": config.tasks[task].describe(), "task_label": task,
                     "train_split": t.train_split, "eval_split": t.eval_split, "n_train": t.n_train,
-                    "n_eval": t.n_eval, "max_new_tokens": t.max_new_tokens, "threads": t.threads,
+                    "n_eval": t.n_eval, "max_new_tokens": config.sampling_for(task)["max_new_tokens"],
+                    "threads": t.threads,
                 }
                 out.append(_cell("baseline", f"baseline/{label}/{task}", common))
                 for trainer in t.trainers:

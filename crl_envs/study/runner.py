@@ -128,16 +128,15 @@ def _trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Pat
     pool = build_pool(spec["pool"])
     train = build_task(spec["task"], split=spec["train_split"], n=spec["n_train"])
     held_out = build_task(spec["task"], split=spec["eval_split"], n=spec["n_eval"])
-    common = dict(steps=spec.get("steps", 1), questions_per_step=spec.get("questions_per_step", 8),
-                  num_generations=spec.get("num_generations", 8), learning_rate=spec.get("learning_rate", 5e-5),
-                  max_new_tokens=spec["max_new_tokens"], seed=seed, progress=False,
+    # a baseline cell has no budget: it only evaluates, with the config's defaults otherwise
+    budget = {k: spec[k] for k in ("steps", "questions_per_step", "num_generations", "learning_rate") if k in spec}
+    common = dict(**budget, max_new_tokens=spec["max_new_tokens"], seed=seed, progress=False,
                   protocol_options=spec["options"], output_dir=None if output_dir is None else str(output_dir))
     if spec.get("lora"):
         common["lora"] = trainers.LoraSettings(**spec["lora"])
     if trainer_name == "shapley_credit":
-        config = trainers.ShapleyCreditConfig(coalitions_per_question=spec.get("shapley_coalitions"), **common)
-    else:
-        config = trainers.TRAINERS[trainer_name].config_class(**common)
+        common["coalitions_per_question"] = spec.get("shapley_coalitions")
+    config = trainers.TRAINERS[trainer_name].config_class(**common)
     return trainers.TRAINERS[trainer_name](spec["protocol"], pool, train, learner=spec["learner"], config=config,
                                            eval_task=held_out)
 

@@ -12,14 +12,24 @@ Valuation (one setting = pool x protocol x task x seed):
   (:func:`crl_envs.valuation.pooled_test`);
 - LOO vs Shapley: their rank agreement (tau-b, exact p) and LOO's error against exact Shapley.
 
-Training (one setting = setup x task): each trainer's Δ system accuracy (after - before, the
-before being the untrained learner's baseline cell), its CI from a bootstrap over seeds, then
-questions within a seed (the same resamples for every trainer: paired); the winner (largest Δ, ties
-to the first trainer listed) and whether it is significant (the CI of the winner's Δ minus the
-runner-up's lies above 0; with one trainer, its Δ's CI above 0). Then: the settings where C-RL is the
-strongest collaborator (its Δ at least every other trainer's), each trainer's mean gain over
-settings, C-RL's mean gain over each baseline's as a ratio with a bootstrap CI (from the same
-resamples; undefined when the baseline's mean gain is not positive), and the largest gain.
+Training (one setting = setup x task; every trainer with the setup's budget and learning rate):
+
+- per trainer: Δ system accuracy (after - before, the before being the untrained learner's baseline
+  cell) and Δ of the learner's own standalone accuracy, each with a CI from a bootstrap over seeds,
+  then questions within a seed (the same resamples for every trainer: paired), and per seed with a
+  bootstrap over questions; ``learner_alone`` holds the learner's own accuracy before and after per
+  trainer and seed; ``learner_collapse`` lists the trainers whose system gains while the learner's own
+  answers collapse (:data:`COLLAPSE_FRACTION`: e.g. a judge that gives no valid verdict, so the system
+  falls back to the vote);
+- ``strongest``: every trainer with the largest Δ (a tie lists several; no tie-break);
+- C-RL against each baseline: win / tie / loss on the mean Δ, and significant when a two-sided paired
+  t-test over seeds has p < alpha (:func:`crl_envs.stats.paired_t_test`).
+
+Summary, per baseline: the counts of wins, ties, losses and significant wins; an exact sign-flip
+permutation test across settings x seeds (:func:`crl_envs.stats.sign_flip_test`) of the paired
+differences C-RL's Δ minus the baseline's; C-RL's mean gain over the baseline's as a ratio with a
+bootstrap CI, or "undefined" with its reason (:func:`crl_envs.stats.ratio_ci`). Each trainer's mean
+gain (system and learner alone), and the largest gain with every trainer that reaches it.
 """
 
 from __future__ import annotations
@@ -31,6 +41,14 @@ from typing import Any
 
 import numpy as np
 
+from crl_envs.stats import (
+    bootstrap_indices,
+    paired_t_test,
+    percentile_ci,
+    ratio_ci,
+    seed_question_bootstrap,
+    sign_flip_test,
+)
 from crl_envs.valuation.pooled import pooled_test
 from crl_envs.valuation.report import ValuationReport, correlation
 
@@ -124,81 +142,148 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05) ->
 
 
 # ---------------------------------------------------------------------- training
-def _boot_indices(rng: np.random.Generator, seeds: int, questions: int, resamples: int) -> tuple[np.ndarray, np.ndarray]:
-    return rng.integers(0, seeds, size=(resamples, seeds)), rng.integers(0, questions, size=(resamples, seeds, questions))
+#: The learner's own answers "collapse" when its standalone accuracy after training is at most this
+#: fraction of its accuracy before (and the drop's CI lies below 0).
+COLLAPSE_FRACTION = 0.5
+#: Two Δs closer than this are equal (a tie): accuracies are multiples of 1/questions.
+TIE = 1e-12
+PER_SETTING_TEST = "two-sided paired t-test over seeds of C-RL's Δ minus the baseline's (seed k against seed k)"
+ACROSS_TEST = ("exact two-sided sign-flip permutation test of the mean of the paired differences C-RL's Δ minus the "
+               "baseline's, one per (setting, seed)")
+
+
+def _delta(values: np.ndarray, boot: np.ndarray, q_boot: np.ndarray, ci_level: float) -> dict[str, Any]:
+    """A Δ (seeds x questions) with its two-stage CI, and per seed its value and question-bootstrap CI."""
+    return {"value": float(values.mean()), "ci": percentile_ci(boot, ci_level),
+            "per_seed": [float(x) for x in values.mean(axis=1)],
+            "per_seed_ci": [percentile_ci(v[q_boot].mean(axis=1), ci_level) for v in values]}
 
 
 def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
                     runs: Mapping[tuple[str, str], Mapping[str, Mapping[int, Mapping[str, Any]]]],
-                    trainers: Sequence[str], *, ci_level: float = 0.95, resamples: int = 5000,
-                    seed: int = 0, protocols: Mapping[str, str] | None = None) -> dict[str, Any]:
+                    trainers: Sequence[str], *, ci_level: float = 0.95, alpha: float = 0.05, resamples: int = 5000,
+                    seed: int = 0, protocols: Mapping[str, str] | None = None,
+                    budgets: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """``{"settings": [...], "summary": {...}}``.
 
     Args:
-        baselines: ``(setup, task) -> baseline cell result`` (``system`` per question, untrained).
-        runs: ``(setup, task) -> trainer -> seed -> training cell result`` (``system`` after training).
-        trainers: the trainers in config order (ties go to the first).
+        baselines: ``(setup, task) -> baseline cell result`` (``system`` and ``standalone`` per question, untrained).
+        runs: ``(setup, task) -> trainer -> seed -> training cell result`` (the same, after training).
+        trainers: the trainers in config order.
+        alpha: the level of the per-setting and across-settings tests.
         protocols: ``setup -> protocol name`` (stored with each setting).
+        budgets: ``setup -> {steps, learning_rate, ...}``, the budget every trainer had (stored with each setting).
     """
-    alpha = (1 - ci_level) / 2
     rng = np.random.default_rng(seed)
     settings, boots_by_setting = [], []
     for (setup, task), by_trainer in runs.items():
-        before = np.asarray(baselines[(setup, task)]["system"], float)
+        base = baselines[(setup, task)]
+        before = np.asarray(base["system"], float)
+        alone_before = np.asarray(base["standalone"], float)
         present = [t for t in trainers if by_trainer.get(t)]
         if not present:
             continue
         seeds = sorted(set.intersection(*(set(by_trainer[t]) for t in present)))
         if not seeds:
             continue
-        diffs = {t: np.stack([np.asarray(by_trainer[t][s]["system"], float) - before for s in seeds]) for t in present}
-        seed_idx, q_idx = _boot_indices(rng, len(seeds), len(before), resamples)
-        boots = {t: d[seed_idx[..., None], q_idx].mean(axis=(1, 2)) for t, d in diffs.items()}
-        delta = {t: float(d.mean()) for t, d in diffs.items()}
-        order = sorted(present, key=lambda t: (-delta[t], present.index(t)))
-        winner = order[0]
-        if len(order) > 1:
-            gap = boots[winner] - boots[order[1]]
-            significant = bool(np.quantile(gap, alpha) > 0)
-        else:
-            significant = bool(np.quantile(boots[winner], alpha) > 0)
-        settings.append({
+        q = len(before)
+        idx = bootstrap_indices(rng, len(seeds), q, resamples)  # shared by every trainer: paired
+        q_boot = rng.integers(0, q, size=(resamples, q))
+        system = {t: np.stack([np.asarray(by_trainer[t][s]["system"], float) - before for s in seeds]) for t in present}
+        alone = {t: np.stack([np.asarray(by_trainer[t][s]["standalone"], float) - alone_before for s in seeds])
+                 for t in present}
+        boots = {t: seed_question_bootstrap(d, resamples=resamples, rng=rng, indices=idx) for t, d in system.items()}
+        alone_boots = {t: seed_question_bootstrap(d, resamples=resamples, rng=rng, indices=idx) for t, d in alone.items()}
+        delta = {t: _delta(system[t], boots[t], q_boot, ci_level) for t in present}
+        alone_delta = {t: _delta(alone[t], alone_boots[t], q_boot, ci_level) for t in present}
+        a0 = float(alone_before.mean())
+        collapsed = [t for t in present if delta[t]["value"] > TIE and a0 > 0
+                     and a0 + alone_delta[t]["value"] <= COLLAPSE_FRACTION * a0 and alone_delta[t]["ci"][1] < 0]
+        best = max(delta[t]["value"] for t in present)
+        strongest = [t for t in present if delta[t]["value"] >= best - TIE]
+        setting = {
             "protocol": setup, "protocol_name": (protocols or {}).get(setup, setup), "task": task,
-            "before": float(before.mean()), "seeds": seeds,
-            "delta": {t: {"value": delta[t], "ci": [float(np.quantile(boots[t], alpha)),
-                                                    float(np.quantile(boots[t], 1 - alpha))],
-                          "per_seed": [float(x) for x in diffs[t].mean(axis=1)]} for t in present},
-            "winner": winner, "significant": significant, "runner_up": order[1] if len(order) > 1 else None,
-        })
+            "budget": dict((budgets or {}).get(setup, {})), "before": float(before.mean()), "seeds": seeds,
+            "delta": delta,
+            "learner_alone": {"before": a0, "after": {t: [float(np.mean(by_trainer[t][s]["standalone"])) for s in seeds]
+                                                      for t in present},
+                              "delta": alone_delta},
+            "learner_collapse": collapsed, "strongest": strongest, "tie": len(strongest) > 1,
+        }
+        if "crl" in present:
+            comparisons = {}
+            for b in present:
+                if b == "crl":
+                    continue
+                diff = float(delta["crl"]["value"] - delta[b]["value"])
+                outcome = "tie" if abs(diff) <= TIE else "win" if diff > 0 else "loss"
+                if len(seeds) >= 2:
+                    test = paired_t_test(delta["crl"]["per_seed"], delta[b]["per_seed"])
+                else:
+                    test = {"statistic": diff, "t": None, "df": 0, "p_value": None,
+                            "undefined": "one seed: no test over seeds"}
+                significant = test["p_value"] is not None and test["p_value"] < alpha and outcome != "tie"
+                same = all(np.array_equal(by_trainer["crl"][s]["system"], by_trainer[b][s]["system"]) for s in seeds)
+                comparisons[b] = {"difference": diff, "ci": percentile_ci(boots["crl"] - boots[b], ci_level),
+                                  "per_seed": [float(x - y) for x, y in zip(delta["crl"]["per_seed"],
+                                                                            delta[b]["per_seed"])],
+                                  "outcome": outcome, "p_value": test["p_value"], "t": test["t"],
+                                  "undefined": test["undefined"], "significant": significant,
+                                  "identical_outcomes": same}
+            setting["crl_vs"] = comparisons
+        settings.append(setting)
         boots_by_setting.append(boots)
 
-    summary: dict[str, Any] = {"settings": len(settings), "ci_level": ci_level}
+    summary: dict[str, Any] = {"settings": len(settings), "ci_level": ci_level, "alpha": alpha,
+                               "collapse_rule": f"the system's Δ is positive while the learner's own accuracy falls "
+                                                f"to at most {COLLAPSE_FRACTION:g}x its accuracy before, the fall's "
+                                                f"{round(100 * ci_level)}% CI below 0"}
     if not settings:
         return {"settings": settings, "summary": summary}
+    seed_counts = sorted({len(s["seeds"]) for s in settings})
+    summary["seeds"] = seed_counts
     present = [t for t in trainers if all(t in s["delta"] for s in settings)]
     mean_gain = {t: float(np.mean([s["delta"][t]["value"] for s in settings])) for t in present}
     mean_boot = {t: np.mean([b[t] for b in boots_by_setting], axis=0) for t in present}
     summary["mean_gain"] = mean_gain
-    summary["mean_gain_ci"] = {t: [float(np.quantile(mean_boot[t], alpha)), float(np.quantile(mean_boot[t], 1 - alpha))]
-                               for t in present}
+    summary["mean_gain_ci"] = {t: percentile_ci(mean_boot[t], ci_level) for t in present}
+    summary["mean_learner_gain"] = {t: float(np.mean([s["learner_alone"]["delta"][t]["value"] for s in settings]))
+                                    for t in present}
+    summary["learner_collapse"] = [{"protocol": s["protocol"], "task": s["task"], "trainer": t,
+                                    "system_delta": s["delta"][t]["value"], "learner_before": s["learner_alone"]["before"],
+                                    "learner_after": float(np.mean(s["learner_alone"]["after"][t]))}
+                                   for s in settings for t in s["learner_collapse"]]
+    notes = []
+    if seed_counts[0] < 3:
+        notes.append(f"{seed_counts[0]} seed(s) in some setting: fewer than 3, the per-setting test over seeds has "
+                     f"little power (one seed: none)")
     if "crl" in present and len(present) > 1:
-        summary["crl_strongest"] = sum(all(s["delta"]["crl"]["value"] >= s["delta"][t]["value"] for t in present)
-                                       for s in settings)
-        ratios = {}
+        comparisons = {}
         for b in present:
             if b == "crl":
                 continue
-            if mean_gain[b] <= 0:
-                ratios[b] = {"value": None, "ci": None,
-                             "note": f"{b}'s mean gain is {mean_gain[b]:+.4f}, not positive: no ratio"}
-                continue
-            with np.errstate(divide="ignore", invalid="ignore"):
-                r = mean_boot["crl"] / mean_boot[b]
-            ok = bool((mean_boot[b] > 0).all())
-            ratios[b] = {"value": mean_gain["crl"] / mean_gain[b],
-                         "ci": [float(np.quantile(r, alpha)), float(np.quantile(r, 1 - alpha))] if ok else None,
-                         **({} if ok else {"note": f"{b}'s bootstrap mean gain is not always positive: no CI"})}
-        summary["gain_ratio"] = ratios
-    best = max(((s["delta"][t]["value"], t, s) for s in settings for t in s["delta"]), key=lambda x: x[0])
-    summary["max_gain"] = {"value": best[0], "trainer": best[1], "protocol": best[2]["protocol"], "task": best[2]["task"]}
+            per = [s["crl_vs"][b] for s in settings]
+            units = [d for c in per for d in c["per_seed"]]
+            comparisons[b] = {
+                "settings": len(per), "wins": sum(c["outcome"] == "win" for c in per),
+                "ties": sum(c["outcome"] == "tie" for c in per), "losses": sum(c["outcome"] == "loss" for c in per),
+                "significant_wins": sum(c["significant"] and c["outcome"] == "win" for c in per),
+                "significant_losses": sum(c["significant"] and c["outcome"] == "loss" for c in per),
+                "tested": sum(c["p_value"] is not None for c in per),
+                "identical_outcomes": sum(c["identical_outcomes"] for c in per),
+                "across": {"test": ACROSS_TEST, **sign_flip_test(units, seed=seed)},
+                "ratio": ratio_ci(mean_gain["crl"], mean_gain[b], mean_boot["crl"], mean_boot[b], level=ci_level,
+                                  names=("crl", b)),
+            }
+            comparisons[b]["across"]["significant"] = comparisons[b]["across"]["p_value"] < alpha
+        summary["crl_vs"] = comparisons
+        summary["per_setting_test"] = PER_SETTING_TEST
+        summary["across_test"] = ACROSS_TEST
+        notes.append("a per-setting win counts as significant when its paired t-test over seeds has p < alpha "
+                     "(normality assumed; no correction for the several baselines and settings)")
+    summary["notes"] = notes
+    best = max(s["delta"][t]["value"] for s in settings for t in s["delta"])
+    summary["largest_gain"] = {"value": best, "by": [{"trainer": t, "protocol": s["protocol"], "task": s["task"]}
+                                                     for s in settings for t in s["delta"]
+                                                     if s["delta"][t]["value"] >= best - TIE]}
     return {"settings": settings, "summary": summary}

@@ -52,34 +52,78 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _ci_pts(ci: Any) -> str:
+    return "no CI" if ci is None else f"[{_pts(ci[0])}, {_pts(ci[1])}]"
+
+
+def _p(p: Any) -> str:
+    return "n/a" if p is None else format(p, ".3g")
+
+
 def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
     s = tables["summary"]
-    lines = []
-    if "crl_strongest" in s:
-        lines.append(f"**C-RL is the strongest collaborator in {s['crl_strongest']} of {s['settings']} settings** "
-                     f"(its Δ system accuracy at least every other trainer's).")
-    gains = ", ".join(f"{t} {_pts(s['mean_gain'][t])}" for t in trainers if t in s.get("mean_gain", {}))
-    lines.append(f"Mean gain in points over settings: {gains}.")
-    for b, r in s.get("gain_ratio", {}).items():
-        if r["value"] is None:
-            lines.append(f"C-RL / {b}: no ratio ({r['note']}).")
-        else:
-            ci = "no CI" if r["ci"] is None else f"{round(100 * s['ci_level'])}% CI [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
-            lines.append(f"C-RL / {b} mean gain: {r['value']:.2f}x ({ci}).")
-    if "max_gain" in s:
-        m = s["max_gain"]
-        lines.append(f"Largest gain: {_pts(m['value'])} points ({m['trainer']}, {m['protocol']} on {m['task']}).")
     pct = round(100 * s.get("ci_level", 0.95))
-    lines += ["", "| setup | task | before | " + " | ".join(f"{t} Δ [{pct}% CI] (per seed)" for t in trainers)
-              + " | winner |", "|---|---|---|" + "---|" * len(trainers) + "---|"]
+    lines = []
+    seeds = "/".join(str(n) for n in s.get("seeds", []))
+    if "crl_vs" in s:
+        lines += [f"**C-RL against each baseline** over {s['settings']} settings (setup x task), {seeds} seed(s) each, "
+                  f"every trainer with the setup's budget and learning rate. A win is a larger mean Δ system accuracy; "
+                  f"equal Δs are ties; *significant*: {s['per_setting_test']}, p < {s['alpha']:g}. Across: "
+                  f"{s['across_test']}.", "",
+                  "| baseline | wins / ties / losses | significant wins / losses | identical outcomes | "
+                  "across settings x seeds: mean C-RL - baseline, p (min p) | C-RL / baseline mean gain |",
+                  "|---|---|---|---|---|---|"]
+        for b, c in s["crl_vs"].items():
+            a, r = c["across"], c["ratio"]
+            ratio = f"undefined: {r['undefined']}" if r["value"] is None else \
+                f"{r['value']:.2f}x " + (f"(no CI: {r['undefined']})" if r["ci"] is None else
+                                        f"{pct}% CI [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]")
+            lines.append(f"| {b} | {c['wins']} / {c['ties']} / {c['losses']} of {c['settings']} | "
+                         f"{c['significant_wins']} / {c['significant_losses']} ({c['tested']} tested) | "
+                         f"{c['identical_outcomes']} | {_pts(a['statistic'])} points over {a['n']}, "
+                         f"p = {_p(a['p_value'])} ({_p(a['min_p_value'])}){' significant' if a['significant'] else ''} | "
+                         f"{ratio} |")
+        lines.append("")
+    for f in s.get("learner_collapse", []):
+        lines.append(f"**Flag: the learner's own answers collapse** in {f['protocol']} on {f['task']} ({f['trainer']}): "
+                     f"the system gains {_pts(f['system_delta'])} points while the learner alone falls "
+                     f"{f['learner_before']:.3f} -> {f['learner_after']:.3f}: the gain is not the learner answering "
+                     f"better (rule: {s['collapse_rule']}).")
+    gains = ", ".join(f"{t} {_pts(s['mean_gain'][t])} {_ci_pts(s['mean_gain_ci'][t])}"
+                      for t in trainers if t in s.get("mean_gain", {}))
+    if gains:
+        lines.append(f"Mean Δ system accuracy over settings, points [{pct}% CI]: {gains}.")
+        lines.append("Mean Δ of the learner's own accuracy, points: " + ", ".join(
+            f"{t} {_pts(s['mean_learner_gain'][t])}" for t in trainers if t in s["mean_learner_gain"]) + ".")
+    if "largest_gain" in s:
+        m = s["largest_gain"]
+        by = "; ".join(f"{b['trainer']}, {b['protocol']} on {b['task']}" for b in m["by"])
+        lines.append(f"Largest Δ: {_pts(m['value'])} points ({by}{'; a tie' if len(m['by']) > 1 else ''}).")
+    for note in s.get("notes", []):
+        lines.append(f"Note: {note}.")
+    lines += ["", f"| setup | task | budget | trainer | Δ system [{pct}% CI] | per seed [CI] | learner alone before -> "
+                  f"after per seed | Δ learner alone [CI] | per seed [CI] | C-RL - this (paired t p) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for st in tables["settings"]:
-        cells = []
+        bud = st.get("budget") or {}
+        budget = f"{bud['steps']} steps, lr {bud['learning_rate']:g}" if bud else "n/a"
         for t in trainers:
             d = st["delta"].get(t)
-            cells.append("n/a" if d is None else f"{_pts(d['value'])} [{_pts(d['ci'][0])}, {_pts(d['ci'][1])}] "
-                         f"({'/'.join(f'{100 * x:+.0f}' for x in d['per_seed'])})")
-        win = st["winner"] + (" (significant)" if st["significant"] else " (not significant)")
-        lines.append(f"| {st['protocol']} | {st['task']} | {st['before']:.3f} | " + " | ".join(cells) + f" | {win} |")
+            if d is None:
+                continue
+            la = st["learner_alone"]
+            ld = la["delta"][t]
+            per = " ".join(f"{_pts(x)} {_ci_pts(ci)}" for x, ci in zip(d["per_seed"], d["per_seed_ci"]))
+            lper = " ".join(f"{_pts(x)} {_ci_pts(ci)}" for x, ci in zip(ld["per_seed"], ld["per_seed_ci"]))
+            after = "/".join(f"{x:.3f}" for x in la["after"][t])
+            vs = st.get("crl_vs", {}).get(t)
+            versus = "" if vs is None else f"{vs['outcome']}: {_pts(vs['difference'])} (p {_p(vs['p_value'])})" + \
+                (" significant" if vs["significant"] else "") + (", identical outcomes" if vs["identical_outcomes"] else "")
+            name = t + (" **collapse**" if t in st["learner_collapse"] else "") + \
+                (" (strongest" + (", tie)" if st["tie"] else ")") if t in st["strongest"] else "")
+            lines.append(f"| {st['protocol']} | {st['task']} | {budget} | {name} | {_pts(d['value'])} {_ci_pts(d['ci'])} | "
+                         f"{per} | {la['before']:.3f} -> {after} | {_pts(ld['value'])} {_ci_pts(ld['ci'])} | {lper} | "
+                         f"{versus} |")
     return "\n".join(lines)
 
 
@@ -89,7 +133,7 @@ def markdown(study: Mapping[str, Any]) -> str:
     if study.get("valuation"):
         out += ["## Valuation: individual vs compositional strength", "", valuation_markdown(study["valuation"]), ""]
     if study.get("training"):
-        out += ["## Training: Δ system accuracy per trainer (points)", "",
+        out += ["## Training: Δ system accuracy and the learner's own Δ per trainer (points)", "",
                 training_markdown(study["training"], study["config"]["training"]["trainers"]), ""]
     run = study.get("run", {})
     if run.get("missing"):
