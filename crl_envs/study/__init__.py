@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
@@ -140,9 +142,38 @@ def write(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[s
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "study.json", study)
-    (out / "study.md").write_text(markdown(study))
-    plots(study, out)
+    atomic_write_text(out / "study.md", printable(markdown(study)))
+    with tempfile.TemporaryDirectory(dir=out, prefix=".plots.") as tmp:  # then moved in, replacing any link
+        for path in plots(study, Path(tmp)):
+            os.replace(path, out / path.name)
     return json.loads(json.dumps(study))
+
+
+#: Characters that reorder or hide text where it is shown (bidi controls, zero-width marks, C0/C1 controls
+#: but newline and tab): a model or label name cannot rearrange a report.
+_HIDDEN = {c: f"\\u{c:04x}" for c in [*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0), 0x061c,
+                                        *range(0x200b, 0x2010), *range(0x202a, 0x202f), *range(0x2066, 0x206a),
+                                        0xfeff]}
+
+
+def printable(text: str) -> str:
+    """``text`` with bidi controls (U+202E ...), zero-width marks and control characters escaped as
+    ``\\uXXXX``: the one place the study's report escapes names."""
+    return text.translate(_HIDDEN)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace``: readers see the old file or
+    the new one, and a symbolic link at ``path`` is replaced, never written through."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _config_dict(config: StudyConfig) -> dict[str, Any]:

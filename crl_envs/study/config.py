@@ -66,6 +66,12 @@ ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
 TRAINER_NAMES = ("crl", "grpo", "loo_reward", "shapley_credit")
 EXECUTOR_KINDS = ("local", "processes", "ray")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+#: The longest label: a cell's log file name joins three labels (a file name holds 255 bytes).
+MAX_LABEL = 64
+#: The most cells a study may plan, and the most coalition runs one valuation cell may plan: a larger
+#: plan is refused before it is built (its figure and the key to change named).
+MAX_CELLS = 10_000
+MAX_COALITION_RUNS = 1_000_000
 
 
 class StudyConfigError(ValueError):
@@ -74,6 +80,16 @@ class StudyConfigError(ValueError):
 
 def _error(key: str, message: str) -> StudyConfigError:
     return StudyConfigError(f"study config: {key}: {message}")
+
+
+def _check_label(key: str, label: Any, what: str) -> str:
+    """A label that names cells, logs and files: letters, digits, '-', '_' or '.', at most MAX_LABEL long
+    (no '/', so cell ids are injective; no NUL or control characters; a file name's length)."""
+    if not isinstance(label, str) or not _LABEL.match(label) or len(label) > MAX_LABEL:
+        shown = repr(label) if len(repr(label)) <= 80 else f"{repr(label)[:60]}... ({len(label)} characters)"
+        raise _error(key, f"a {what} label is 1 to {MAX_LABEL} letters, digits, '-', '_' or '.' (starting with a "
+                          f"letter or digit), got {shown}; rename it")
+    return label
 
 
 def _unknown_keys(key: str, given: Mapping[str, Any], valid: Sequence[str]) -> None:
@@ -153,9 +169,11 @@ class TaskConfig:
     split: str | None
     seed: int
     options: dict[str, Any]
+    content: str | None = None  # a digest of the loaded examples (see _task_content)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "n": self.n, "split": self.split, "seed": self.seed, "options": self.options}
+        d = {"name": self.name, "n": self.n, "split": self.split, "seed": self.seed, "options": self.options}
+        return d if self.content is None else {**d, "content": self.content}
 
 
 @dataclass(frozen=True)
@@ -272,8 +290,7 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
     study = _table("study", raw.get("study"))
     _unknown_keys("study", study, ["name", "out"])
     name = study.get("name", source.stem if source else "study")
-    if not isinstance(name, str) or not _LABEL.match(name):
-        raise _error("study.name", f"must be a short label of letters, digits, '-', '_' or '.', got {name!r}")
+    _check_label("study.name", name, "study name")
     out_dir = Path(out) if out is not None else Path(study.get("out", f"runs/{name}"))
     if source is not None and not out_dir.is_absolute() and out is None:
         out_dir = Path.cwd() / out_dir
@@ -284,7 +301,7 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
     tasks = {label: _task(label, spec) for label, spec in _table("tasks", raw.get("tasks")).items()}
     if not tasks:
         raise _error("tasks", "define at least one task, e.g. [tasks.arith] n = 100")
-    protocols = {label: _protocol(f"protocols.{label}", label, spec)
+    protocols = {_check_label(f"protocols.{label}", label, "protocol"): _protocol(f"protocols.{label}", label, spec)
                  for label, spec in _table("protocols", raw.get("protocols")).items()}
     sampling = _sampling(_table("sampling", raw.get("sampling")))
     valuation = None
@@ -293,6 +310,7 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
     training = _training(_table("training", raw["training"]), pools, protocols, tasks) if "training" in raw else None
     if valuation is None and training is None:
         raise _error("protocols", "nothing to run: define [protocols] (for valuation) or [training]")
+    _check_cell_count(valuation, training)
     return StudyConfig(name=name, out=out_dir, pools=pools, tasks=tasks, protocols=protocols, valuation=valuation,
                        training=training, sampling=sampling, executor=_executor(_table("executor", raw.get("executor"))),
                        source=source, raw=raw)
@@ -300,8 +318,7 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
 
 def _pool(label: str, spec: Any) -> PoolConfig:
     key = f"pools.{label}"
-    if not _LABEL.match(label):
-        raise _error(key, "a pool label is letters, digits, '-', '_' or '.'")
+    _check_label(key, label, "pool")
     import importlib
 
     pool_module = importlib.import_module("agents.pool")
@@ -349,6 +366,7 @@ def _member(key: str, member: Any, pool_module: Any) -> Any:
 
 def _task(label: str, spec: Any) -> TaskConfig:
     key = f"tasks.{label}"
+    _check_label(key, label, "task")
     spec = _table(key, spec)
     _unknown_keys(key, spec, ["name", "n", "split", "seed", "options"])
     from crl_envs import tasks as task_registry
@@ -371,7 +389,30 @@ def _task(label: str, spec: Any) -> TaskConfig:
     if options and not accepts_any_keyword(factory):
         valid = [o for o in keyword_options(factory) if o not in ("split", "n", "seed")]
         _unknown_keys(f"{key}.options", options, valid)
-    return TaskConfig(label, name, n, split, _int(f"{key}.seed", spec.get("seed", 0)), options)
+    seed = _int(f"{key}.seed", spec.get("seed", 0))
+    return TaskConfig(label, name, n, split, seed, options, _task_content(key, name, split, n, seed, options))
+
+
+def _task_content(key: str, name: str, split: str | None, n: int | None, seed: int, options: dict[str, Any]
+                  ) -> str | None:
+    """Load the task as its cells will (every option checked by the task itself, now, not when a cell
+    runs) and return a digest of its examples' content (ids, questions, answers, metadata), so that a
+    cell's fingerprint changes with its data (a ``path=`` file rewritten). A task read from a ``path=``
+    file is hashed whole (every row, whatever ``n``). A hub dataset named by id only (no ``path``) is not
+    downloaded here: ``None``, its cells are keyed by its description."""
+    from crl_envs import tasks as task_registry
+    from crl_envs.options import keyword_options
+    from crl_envs.valuation.coalition import digest
+
+    from_file = "path" in keyword_options(task_registry._REGISTRY[name])
+    if from_file and options.get("path") is None:
+        return None
+    try:
+        task = task_registry.load(name, split=split, n=None if from_file else n, seed=seed, **options)
+    except (ValueError, TypeError, KeyError, OSError, ImportError) as e:
+        text = " ".join(str(e).split()) or type(e).__name__
+        raise _error(f"{key}.options" if options else key, f"the task does not load: {text}") from None
+    return digest([[e.id, e.question, e.answer, e.metadata] for e in task])
 
 
 def _protocol(key: str, label: str, spec: Any) -> ProtocolConfig:
@@ -431,6 +472,9 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
         if not sampled:
             raise _error("valuation.budget", "only applies to estimator \"permutation\" or \"antithetic\"; remove it")
         _int("valuation.budget", budget, 2, "200")
+        if budget > MAX_COALITION_RUNS:
+            raise _error("valuation.budget", f"{budget:,} permutations is more than the {MAX_COALITION_RUNS:,} a "
+                                             f"valuation cell runs; lower it (e.g. budget = 200)")
     alpha = _number("valuation.alpha", spec.get("alpha", 0.05), 0.0, 1.0, "0.05")
     if not 0 < alpha < 1:
         raise _error("valuation.alpha", f"must lie strictly between 0 and 1 (e.g. 0.05), got {alpha!r}")
@@ -465,6 +509,7 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
     setups = {}
     for label, s in setups_spec.items():
         key = f"training.setups.{label}"
+        _check_label(key, label, "setup")
         s = _table(key, s)
         _unknown_keys(key, s, ["protocol", "options", "steps", "learning_rate"])
         base = s.get("protocol", label)
@@ -527,3 +572,19 @@ def _executor(spec: dict[str, Any]) -> ExecutorConfig:
         except ValueError as e:
             raise _error("executor.address", str(e)) from None
     return ExecutorConfig(kind, workers, address, _number("executor.num_cpus", spec.get("num_cpus", 1), 0.01, None, "1"))
+
+
+def _check_cell_count(valuation: ValuationConfig | None, training: TrainingConfig | None) -> None:
+    """Refuse a grid of more than MAX_CELLS cells before any cell is built (counted, not listed)."""
+    parts = []
+    if valuation is not None:
+        parts.append((len(valuation.pools) * len(valuation.protocols) * len(valuation.tasks) * len(valuation.seeds),
+                      "valuation.pools/protocols/tasks/seeds"))
+    if training is not None:
+        parts.append((len(training.setups) * len(training.tasks) * (1 + len(training.trainers) * len(training.seeds)),
+                      "training.setups/tasks/trainers/seeds"))
+    total = sum(n for n, _ in parts)
+    if total > MAX_CELLS:
+        biggest = max(parts)[1]
+        raise _error(biggest.split(".")[0], f"the plan has {total:,} cells, more than the {MAX_CELLS:,} a study "
+                                            f"runs; shorten {biggest} (or split the study in several configs)")
