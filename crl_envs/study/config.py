@@ -87,6 +87,8 @@ def _check_label(key: str, label: Any, what: str) -> str:
     (no '/', so cell ids are injective; no NUL or control characters; a file name's length)."""
     if not isinstance(label, str) or not _LABEL.match(label) or len(label) > MAX_LABEL:
         shown = repr(label) if len(repr(label)) <= 80 else f"{repr(label)[:60]}... ({len(label)} characters)"
+        if isinstance(label, str) and key.endswith(label):  # the key names the label: shown escaped, cut
+            key = key[: len(key) - len(label)] + (shown if shown != repr(label) else repr(label))
         raise _error(key, f"a {what} label is 1 to {MAX_LABEL} letters, digits, '-', '_' or '.' (starting with a "
                           f"letter or digit), got {shown}; rename it")
     return label

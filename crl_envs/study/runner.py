@@ -229,9 +229,10 @@ def result_problem(cell: Cell, result: Any) -> str | None:
             individual = report["measures"].get("individual")
             if not isinstance(individual, dict):
                 return "no individual scores"
-            checks.append(scores("report.measures.individual", individual.get("per_question"), n))
-            if not all(isinstance(r, list) and len(r) == len(report["ids"]) for r in individual["per_question"] or []):
-                checks.append("report.measures.individual is not one score per model")
+            table = individual.get("per_question")  # (models, questions)
+            checks.append(scores("report.measures.individual", table, len(report["ids"])))
+            if not checks[-1] and not all(isinstance(r, list) and len(r) == n for r in table):
+                checks.append(f"report.measures.individual is not {n} scores per model")
         return next((c for c in checks if c), None)
     ids = result.get("example_ids")
     if not isinstance(ids, list):
