@@ -15,6 +15,30 @@ process, local worker processes or Ray, with the paper's statistics computed fro
 ``families``), ``training.settings`` (one per setup x task: ``protocol``, ``task``, per-trainer ``delta``
 with ``ci``, ``winner``, ``significant``) and ``training.summary`` (``crl_strongest``, ``settings``,
 per-trainer ``mean_gain``, ``gain_ratio`` per baseline with ``ci``, ``max_gain``). Fractions, not points.
+
+Guarantees:
+
+- **Content in fingerprints.** A cell's fingerprint covers its task's content: a task read from a
+  ``path=`` file is hashed whole (every row), a procedural task by its examples, so a rewritten file
+  reruns its cells on resume. A hub dataset named only by id is keyed by its description.
+- **Validated config.** Labels are 1 to 64 letters, digits, ``-``, ``_`` or ``.`` (so cell ids are
+  injective and file names fit); task options are checked by loading the task when the config
+  loads. A dry-run that passes means the run will not fail on its config.
+- **Bounded plans.** A plan of more than :data:`~crl_envs.study.config.MAX_CELLS` cells, or a valuation
+  cell of more than :data:`~crl_envs.study.config.MAX_COALITION_RUNS` coalition runs (or permutations),
+  is refused before it is built, naming the figure and the key to change; large coalition counts are
+  estimated per coalition size, never listed.
+- **Validated reads.** A cell file that is not a valid result of its cell (not JSON, another cell's,
+  scores missing, not finite, outside [0, 1] or of the wrong length) is recomputed, with a warning
+  naming the file.
+- **Locks.** Every cell (valuation, baseline, training, on every executor) is run under an exclusive
+  ``flock`` on ``cells/<fingerprint>.lock``: the kernel releases it when its driver exits, however it
+  exits, so a lock never outlives its holder; a driver waiting on a cell prints who holds it (pid,
+  host, since) and takes it over the moment it is released.
+- **No writes through links.** ``study.json``, ``study.md``, the plots and cell files are written to a
+  temporary file then ``os.replace``-d (a symbolic link there is replaced, never followed); logs are
+  opened with ``O_NOFOLLOW``. Names in ``study.md`` have bidi and control characters escaped
+  (:func:`printable`).
 """
 
 from __future__ import annotations

@@ -395,8 +395,8 @@ def _task(label: str, spec: Any) -> TaskConfig:
     return TaskConfig(label, name, n, split, seed, options, _task_content(key, name, split, n, seed, options))
 
 
-def _task_content(key: str, name: str, split: str | None, n: int | None, seed: int, options: dict[str, Any]
-                  ) -> str | None:
+def _task_content(key: str, name: str, split: str | None, n: int | None, seed: int, options: dict[str, Any],
+                  where: str | None = None) -> str | None:
     """Load the task as its cells will (every option checked by the task itself, now, not when a cell
     runs) and return a digest of its examples' content (ids, questions, answers, metadata), so that a
     cell's fingerprint changes with its data (a ``path=`` file rewritten). A task read from a ``path=``
@@ -413,7 +413,7 @@ def _task_content(key: str, name: str, split: str | None, n: int | None, seed: i
         task = task_registry.load(name, split=split, n=None if from_file else n, seed=seed, **options)
     except (ValueError, TypeError, KeyError, OSError, ImportError) as e:
         text = " ".join(str(e).split()) or type(e).__name__
-        raise _error(f"{key}.options" if options else key, f"the task does not load: {text}") from None
+        raise _error(where or (f"{key}.options" if options else key), f"the task does not load: {text}") from None
     return digest([[e.id, e.question, e.answer, e.metadata] for e in task])
 
 
@@ -536,6 +536,11 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         lora = _table("training.lora", lora)
         _unknown_keys("training.lora", lora, ["r", "alpha", "dropout", "target_modules"])
     sc = spec.get("shapley_coalitions", 2)
+    for label in _labels("training.tasks", spec.get("tasks"), tasks, "task"):  # the splits load (one question)
+        t = tasks[label]
+        for split_key, default in (("train_split", "train"), ("eval_split", "test")):
+            _task_content(f"tasks.{label}", t.name, str(spec.get(split_key, default)), 1, t.seed, t.options,
+                          where=f"training.{split_key}")
     return TrainingConfig(
         pool=pool, learner=learner, setups=setups,
         tasks=_labels("training.tasks", spec.get("tasks"), tasks, "task"), trainers=list(trainer_names),
