@@ -21,7 +21,6 @@ import pytest
 from crl_envs import study
 from crl_envs.cli import main
 from crl_envs.study import StudyConfigError, load_config, runner
-from crl_envs.study.config import MAX_CELLS, MAX_COALITION_RUNS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -250,7 +249,7 @@ def test_a_huge_permutation_plan_is_estimated_without_listing_it(tmp_path):
     (cell,) = study.plan(config)
     assert time.perf_counter() - t0 < 30  # minutes (and GBs) when every permutation was listed
     assert cell.cost["runs"] == pytest.approx(expected_coalitions(20, 50_000) + 20, rel=1e-9)
-    config["valuation"]["budget"] = MAX_COALITION_RUNS  # ~10^7 coalitions: refused, with the key to lower
+    config["valuation"]["budget"] = 10**6  # ~10^7 coalitions: refused, with the key to lower
     with pytest.raises(StudyConfigError, match=r"plans about [\d,]+ coalition runs, more than the 1,000,000 a "
                                                r"cell runs; lower valuation\.budget"):
         study.plan(config)
@@ -265,9 +264,9 @@ def test_a_huge_permutation_plan_is_estimated_without_listing_it(tmp_path):
 @pytest.mark.timeout(60)
 def test_a_million_cell_grid_is_refused_before_it_is_built(tmp_path):
     config = small_config(tmp_path / "out", valuation={"seeds": list(range(10**6))})
-    with pytest.raises(StudyConfigError, match=rf"^study config: valuation: the plan has 1,000,000 cells, more than "
-                                               rf"the {MAX_CELLS:,} a study runs; shorten valuation\.pools/protocols/"
-                                               rf"tasks/seeds"):
+    with pytest.raises(StudyConfigError, match=r"^study config: valuation: the plan has 1,000,000 cells, more than "
+                                               r"the 10,000 a study runs; shorten valuation\.pools/protocols/"
+                                               r"tasks/seeds"):
         study.plan(config)
 
 
