@@ -19,8 +19,8 @@ per-trainer ``mean_gain``, ``gain_ratio`` per baseline with ``ci``, ``max_gain``
 Guarantees:
 
 - **Content in fingerprints.** A cell's fingerprint covers its task's content: a task read from a
-  ``path=`` file is hashed whole (every row), a procedural task by its examples, so a rewritten file
-  reruns its cells on resume. A hub dataset named only by id is keyed by its description.
+  ``path=`` file is hashed whole (every row), so a rewritten file reruns its cells on resume. A
+  procedural task is its description; a hub dataset named only by id is keyed by its description.
 - **Validated config.** Labels are 1 to 64 letters, digits, ``-``, ``_`` or ``.`` (so cell ids are
   injective and file names fit); task options are checked by loading the task when the config
   loads. A dry-run that passes means the run will not fail on its config.

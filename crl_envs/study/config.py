@@ -398,10 +398,11 @@ def _task(label: str, spec: Any) -> TaskConfig:
 def _task_content(key: str, name: str, split: str | None, n: int | None, seed: int, options: dict[str, Any],
                   where: str | None = None) -> str | None:
     """Load the task as its cells will (every option checked by the task itself, now, not when a cell
-    runs) and return a digest of its examples' content (ids, questions, answers, metadata), so that a
-    cell's fingerprint changes with its data (a ``path=`` file rewritten). A task read from a ``path=``
-    file is hashed whole (every row, whatever ``n``). A hub dataset named by id only (no ``path``) is not
-    downloaded here: ``None``, its cells are keyed by its description."""
+    runs). For a task read from a ``path=`` file, return a digest of its examples' content (every row,
+    whatever ``n``: ids, questions, answers, metadata), so that a cell's fingerprint changes with its
+    data. ``None`` otherwise: a procedural task's examples follow from its description (name, split, n,
+    seed, options; code changes bump ``CELL_VERSION``), and a hub dataset named by id only is not
+    downloaded here (its cells are keyed by its description)."""
     from crl_envs import tasks as task_registry
     from crl_envs.options import keyword_options
     from crl_envs.valuation.coalition import digest
@@ -414,7 +415,7 @@ def _task_content(key: str, name: str, split: str | None, n: int | None, seed: i
     except (ValueError, TypeError, KeyError, OSError, ImportError) as e:
         text = " ".join(str(e).split()) or type(e).__name__
         raise _error(where or (f"{key}.options" if options else key), f"the task does not load: {text}") from None
-    return digest([[e.id, e.question, e.answer, e.metadata] for e in task])
+    return digest([[e.id, e.question, e.answer, e.metadata] for e in task]) if from_file else None
 
 
 def _protocol(key: str, label: str, spec: Any) -> ProtocolConfig:
