@@ -69,6 +69,30 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1 (``--max-new-tokens 0`` is refused, not read as the default)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def writable_dir(path: str, flag: str = "--out") -> None:
+    """Raise ``OSError`` naming ``flag`` unless ``path`` is (or can be made) a directory this process can
+    write into: checked before any expensive work."""
+    import tempfile
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise OSError(f"{flag} {path}: cannot write there ({e.strerror or e}); pass a writable directory") from None
+
+
 def add_task_arguments(p: argparse.ArgumentParser) -> None:
     """``--task-option KEY=VALUE`` (repeatable): options of ``crl_envs.tasks.load``."""
     p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
@@ -87,7 +111,7 @@ def _add_play(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=3, help="number of questions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--max-new-tokens", type=int, default=None,
+    p.add_argument("--max-new-tokens", type=positive_int, default=None,
                    help=f"answer length cap (default: what the task needs, e.g. arith {PLAY_MAX_NEW_TOKENS['arith']}; "
                         f"{DEFAULT_MAX_NEW_TOKENS} for tasks not listed)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",

@@ -19,15 +19,41 @@ accuracy ``before`` and ``after`` per trainer and seed, and its ``delta``), ``le
 ``significant``) and ``training.summary`` (``crl_vs`` per baseline: ``wins``, ``ties``, ``losses``,
 ``significant_wins``, the ``across`` settings x seeds test, the gain ``ratio`` with ``ci`` or why it is
 ``undefined``; per-trainer ``mean_gain`` and ``mean_learner_gain``, ``largest_gain``). Fractions, not points.
+
+Guarantees:
+
+- **Content in fingerprints.** A cell's fingerprint covers its task's content: a task read from a
+  ``path=`` file is hashed whole (every row), so a rewritten file reruns its cells on resume. A
+  procedural task is its description; a hub dataset named only by id is keyed by its description.
+- **Validated config.** Labels are 1 to 64 letters, digits, ``-``, ``_`` or ``.`` (so cell ids are
+  injective and file names fit); task options are checked by loading the task when the config
+  loads. A dry-run that passes means the run will not fail on its config.
+- **Bounded plans.** A plan of more than :data:`~crl_envs.study.config.MAX_CELLS` cells, or a valuation
+  cell of more than :data:`~crl_envs.study.config.MAX_COALITION_RUNS` coalition runs (or permutations),
+  is refused before it is built, naming the figure and the key to change; large coalition counts are
+  estimated per coalition size, never listed.
+- **Validated reads.** A cell file that is not a valid result of its cell (not JSON, another cell's,
+  scores missing, not finite, outside [0, 1] or of the wrong length) is recomputed, with a warning
+  naming the file.
+- **Locks.** Every cell (valuation, baseline, training, on every executor) is run under an exclusive
+  ``flock`` on ``cells/<fingerprint>.lock``: the kernel releases it when its driver exits, however it
+  exits, so a lock never outlives its holder; a driver waiting on a cell prints who holds it (pid,
+  host, since) and takes it over the moment it is released.
+- **No writes through links.** ``study.json``, ``study.md``, the plots and cell files are written to a
+  temporary file then ``os.replace``-d (a symbolic link there is replaced, never followed); logs are
+  opened with ``O_NOFOLLOW``. Names in ``study.md`` have bidi and control characters escaped
+  (:func:`printable`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
@@ -152,9 +178,38 @@ def write(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[s
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "study.json", study)
-    (out / "study.md").write_text(markdown(study))
-    plots(study, out)
+    atomic_write_text(out / "study.md", printable(markdown(study)))
+    with tempfile.TemporaryDirectory(dir=out, prefix=".plots.") as tmp:  # then moved in, replacing any link
+        for path in plots(study, Path(tmp)):
+            os.replace(path, out / path.name)
     return json.loads(json.dumps(study))
+
+
+#: Characters that reorder or hide text where it is shown (bidi controls, zero-width marks, C0/C1 controls
+#: but newline and tab): a model or label name cannot rearrange a report.
+_HIDDEN = {c: f"\\u{c:04x}" for c in [*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0), 0x061c,
+                                        *range(0x200b, 0x2010), *range(0x202a, 0x202f), *range(0x2066, 0x206a),
+                                        0xfeff]}
+
+
+def printable(text: str) -> str:
+    """``text`` with bidi controls (U+202E ...), zero-width marks and control characters escaped as
+    ``\\uXXXX``: the one place the study's report escapes names."""
+    return text.translate(_HIDDEN)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace``: readers see the old file or
+    the new one, and a symbolic link at ``path`` is replaced, never written through."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _config_dict(config: StudyConfig) -> dict[str, Any]:

@@ -66,6 +66,12 @@ SECTIONS = ("study", "pools", "tasks", "protocols", "valuation", "training", "sa
 ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
 EXECUTOR_KINDS = ("local", "processes", "ray")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+#: The longest label: a cell's log file name joins three labels (a file name holds 255 bytes).
+MAX_LABEL = 64
+#: The most cells a study may plan, and the most coalition runs one valuation cell may plan: a larger
+#: plan is refused before it is built (its figure and the key to change named).
+MAX_CELLS = 10_000
+MAX_COALITION_RUNS = 1_000_000
 
 
 class StudyConfigError(ValueError):
@@ -74,6 +80,18 @@ class StudyConfigError(ValueError):
 
 def _error(key: str, message: str) -> StudyConfigError:
     return StudyConfigError(f"study config: {key}: {message}")
+
+
+def _check_label(key: str, label: Any, what: str) -> str:
+    """A label that names cells, logs and files: letters, digits, '-', '_' or '.', at most MAX_LABEL long
+    (no '/', so cell ids are injective; no NUL or control characters; a file name's length)."""
+    if not isinstance(label, str) or not _LABEL.match(label) or len(label) > MAX_LABEL:
+        shown = repr(label) if len(repr(label)) <= 80 else f"{repr(label)[:60]}... ({len(label)} characters)"
+        if isinstance(label, str) and key.endswith(label):  # the key names the label: shown escaped, cut
+            key = key[: len(key) - len(label)] + (shown if shown != repr(label) else repr(label))
+        raise _error(key, f"a {what} label is 1 to {MAX_LABEL} letters, digits, '-', '_' or '.' (starting with a "
+                          f"letter or digit), got {shown}; rename it")
+    return label
 
 
 def _unknown_keys(key: str, given: Mapping[str, Any], valid: Sequence[str]) -> None:
@@ -157,9 +175,11 @@ class TaskConfig:
     seed: int
     options: dict[str, Any]
     max_new_tokens: int | None = None
+    content: str | None = None  # a digest of the loaded examples (see _task_content)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "n": self.n, "split": self.split, "seed": self.seed, "options": self.options}
+        d = {"name": self.name, "n": self.n, "split": self.split, "seed": self.seed, "options": self.options}
+        return d if self.content is None else {**d, "content": self.content}
 
 
 @dataclass(frozen=True)
@@ -284,8 +304,7 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
     study = _table("study", raw.get("study"))
     _unknown_keys("study", study, ["name", "out"])
     name = study.get("name", source.stem if source else "study")
-    if not isinstance(name, str) or not _LABEL.match(name):
-        raise _error("study.name", f"must be a short label of letters, digits, '-', '_' or '.', got {name!r}")
+    _check_label("study.name", name, "study name")
     out_dir = Path(out) if out is not None else Path(study.get("out", f"runs/{name}"))
     if source is not None and not out_dir.is_absolute() and out is None:
         out_dir = Path.cwd() / out_dir
@@ -296,7 +315,7 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
     tasks = {label: _task(label, spec) for label, spec in _table("tasks", raw.get("tasks")).items()}
     if not tasks:
         raise _error("tasks", "define at least one task, e.g. [tasks.arith] n = 100")
-    protocols = {label: _protocol(f"protocols.{label}", label, spec)
+    protocols = {_check_label(f"protocols.{label}", label, "protocol"): _protocol(f"protocols.{label}", label, spec)
                  for label, spec in _table("protocols", raw.get("protocols")).items()}
     sampling = _sampling(_table("sampling", raw.get("sampling")))
     valuation = None
@@ -305,6 +324,7 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
     training = _training(_table("training", raw["training"]), pools, protocols, tasks) if "training" in raw else None
     if valuation is None and training is None:
         raise _error("protocols", "nothing to run: define [protocols] (for valuation) or [training]")
+    _check_cell_count(valuation, training)
     return StudyConfig(name=name, out=out_dir, pools=pools, tasks=tasks, protocols=protocols, valuation=valuation,
                        training=training, sampling=sampling, executor=_executor(_table("executor", raw.get("executor"))),
                        source=source, raw=raw)
@@ -312,8 +332,7 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
 
 def _pool(label: str, spec: Any) -> PoolConfig:
     key = f"pools.{label}"
-    if not _LABEL.match(label):
-        raise _error(key, "a pool label is letters, digits, '-', '_' or '.'")
+    _check_label(key, label, "pool")
     import importlib
 
     pool_module = importlib.import_module("agents.pool")
@@ -361,6 +380,7 @@ def _member(key: str, member: Any, pool_module: Any) -> Any:
 
 def _task(label: str, spec: Any) -> TaskConfig:
     key = f"tasks.{label}"
+    _check_label(key, label, "task")
     spec = _table(key, spec)
     _unknown_keys(key, spec, ["name", "n", "split", "seed", "options", "max_new_tokens"])
     from crl_envs import tasks as task_registry
@@ -386,7 +406,32 @@ def _task(label: str, spec: Any) -> TaskConfig:
     mnt = spec.get("max_new_tokens")
     if mnt is not None:
         _int(f"{key}.max_new_tokens", mnt, 1, "24")
-    return TaskConfig(label, name, n, split, _int(f"{key}.seed", spec.get("seed", 0)), options, mnt)
+    seed = _int(f"{key}.seed", spec.get("seed", 0))
+    return TaskConfig(label, name, n, split, seed, options, mnt,
+                      _task_content(key, name, split, n, seed, options))
+
+
+def _task_content(key: str, name: str, split: str | None, n: int | None, seed: int, options: dict[str, Any],
+                  where: str | None = None) -> str | None:
+    """Load the task as its cells will (every option checked by the task itself, now, not when a cell
+    runs). For a task read from a ``path=`` file, return a digest of its examples' content (every row,
+    whatever ``n``: ids, questions, answers, metadata), so that a cell's fingerprint changes with its
+    data. ``None`` otherwise: a procedural task's examples follow from its description (name, split, n,
+    seed, options; code changes bump ``CELL_VERSION``), and a hub dataset named by id only is not
+    downloaded here (its cells are keyed by its description)."""
+    from crl_envs import tasks as task_registry
+    from crl_envs.options import keyword_options
+    from crl_envs.valuation.coalition import digest
+
+    from_file = "path" in keyword_options(task_registry._REGISTRY[name])
+    if from_file and options.get("path") is None:
+        return None
+    try:
+        task = task_registry.load(name, split=split, n=None if from_file else n, seed=seed, **options)
+    except (ValueError, TypeError, KeyError, OSError, ImportError) as e:
+        text = " ".join(str(e).split()) or type(e).__name__
+        raise _error(where or (f"{key}.options" if options else key), f"the task does not load: {text}") from None
+    return digest([[e.id, e.question, e.answer, e.metadata] for e in task]) if from_file else None
 
 
 def _protocol(key: str, label: str, spec: Any) -> ProtocolConfig:
@@ -447,6 +492,9 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
         if not sampled:
             raise _error("valuation.budget", "only applies to estimator \"permutation\" or \"antithetic\"; remove it")
         _int("valuation.budget", budget, 2, "200")
+        if budget > MAX_COALITION_RUNS:
+            raise _error("valuation.budget", f"{budget:,} permutations is more than the {MAX_COALITION_RUNS:,} a "
+                                             f"valuation cell runs; lower it (e.g. budget = 200)")
     alpha = _number("valuation.alpha", spec.get("alpha", 0.05), 0.0, 1.0, "0.05")
     if not 0 < alpha < 1:
         raise _error("valuation.alpha", f"must lie strictly between 0 and 1 (e.g. 0.05), got {alpha!r}")
@@ -512,6 +560,7 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
     setups = {}
     for label, s in setups_spec.items():
         key = f"training.setups.{label}"
+        _check_label(key, label, "setup")
         s = _table(key, s)
         for k in ("steps", "learning_rate"):
             if isinstance(s.get(k), Mapping):
@@ -537,6 +586,11 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
     alpha = _number("training.alpha", spec.get("alpha", 0.05), 0.0, 1.0, "0.05")
     if not 0 < alpha < 1:
         raise _error("training.alpha", f"must lie strictly between 0 and 1 (e.g. 0.05), got {alpha!r}")
+    for label in _labels("training.tasks", spec.get("tasks"), tasks, "task"):  # the splits load (one question)
+        t = tasks[label]
+        for split_key, default in (("train_split", "train"), ("eval_split", "test")):
+            _task_content(f"tasks.{label}", t.name, str(spec.get(split_key, default)), 1, t.seed, t.options,
+                          where=f"training.{split_key}")
     return TrainingConfig(
         pool=pool, learner=learner, setups=setups,
         tasks=_labels("training.tasks", spec.get("tasks"), tasks, "task"), trainers=list(trainer_names),
@@ -576,3 +630,19 @@ def _executor(spec: dict[str, Any]) -> ExecutorConfig:
         except ValueError as e:
             raise _error("executor.address", str(e)) from None
     return ExecutorConfig(kind, workers, address, _number("executor.num_cpus", spec.get("num_cpus", 1), 0.01, None, "1"))
+
+
+def _check_cell_count(valuation: ValuationConfig | None, training: TrainingConfig | None) -> None:
+    """Refuse a grid of more than MAX_CELLS cells before any cell is built (counted, not listed)."""
+    parts = []
+    if valuation is not None:
+        parts.append((len(valuation.pools) * len(valuation.protocols) * len(valuation.tasks) * len(valuation.seeds),
+                      "valuation.pools/protocols/tasks/seeds"))
+    if training is not None:
+        parts.append((len(training.setups) * len(training.tasks) * (1 + len(training.trainers) * len(training.seeds)),
+                      "training.setups/tasks/trainers/seeds"))
+    total = sum(n for n, _ in parts)
+    if total > MAX_CELLS:
+        biggest = max(parts)[1]
+        raise _error(biggest.split(".")[0], f"the plan has {total:,} cells, more than the {MAX_CELLS:,} a study "
+                                            f"runs; shorten {biggest} (or split the study in several configs)")

@@ -17,11 +17,12 @@ fingerprints); rerun its cells with ``--fresh`` or bump ``CELL_VERSION``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from crl_envs.study.config import StudyConfig
+from crl_envs.study.config import MAX_COALITION_RUNS, StudyConfig, StudyConfigError
 from crl_envs.valuation.coalition import digest
 
 CELL_VERSION = 1
@@ -90,7 +91,9 @@ def cells(config: StudyConfig) -> list[Cell]:
                                 "lora": t.lora}
                         out.append(_cell("training", f"training/{label}/{task}/{trainer}/seed{seed}", spec))
     ids = [c.id for c in out]
-    assert len(ids) == len(set(ids)), "cell ids must be unique"
+    if len(ids) != len(set(ids)):  # labels hold no '/' (config._check_label): ids are injective
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        raise StudyConfigError(f"study config: two cells share the id {twice[0]!r}; rename one of their labels")
     return out
 
 
@@ -135,6 +138,38 @@ def _masks(estimator: str, n: int, budget: int | None, seed: int) -> list[int]:
     return list(dict.fromkeys(loo_masks(n) + [m for m in permutation_weights(perms)[0] if m]))
 
 
+#: Up to this many coalitions per cell the plan lists them (exact counts, coalitions shared between cells
+#: counted once); above, it counts them per coalition size without listing them (an expectation for the
+#: sampled estimators), so a plan costs the same whatever the budget.
+LISTED_COALITIONS = 1_000
+
+
+def _coalitions_per_size(estimator: str, n: int, budget: int | None) -> dict[int, float]:
+    """Size -> the (expected) number of distinct non-empty coalitions ``estimator`` plays, unlisted: exact
+    all ``C(n, k)``; LOO ``N`` and its ``n`` subsets of size ``n - 1``; a sampled estimator's ``budget``
+    permutations give a uniform size-``k`` prefix each, ``C(n, k) (1 - (1 - 1 / C(n, k))^budget)`` distinct
+    in expectation (the LOO coalitions always)."""
+    if estimator == "exact":
+        return {k: float(math.comb(n, k)) for k in range(1, n + 1)}
+    loo = {n: 1.0, n - 1: float(n)} if n > 1 else {1: 1.0}
+    if estimator == "loo":
+        return loo
+    out = {}
+    for k in range(1, n + 1):
+        c = math.comb(n, k)
+        expected = 1.0 if c == 1 else -c * math.expm1(budget * math.log1p(-1.0 / c))
+        out[k] = max(expected, loo.get(k, 0.0))
+    return out
+
+
+def _refuse_large(cell: Cell, estimator: str, runs: float) -> None:
+    if runs > MAX_COALITION_RUNS:
+        key = "valuation.budget" if estimator in ("permutation", "antithetic") else \
+            'valuation.estimator (e.g. {exact_up_to = 10, larger = "permutation"} with budget = 200)'
+        raise StudyConfigError(f"study config: {cell.id} plans about {runs:,.0f} coalition runs, more than the "
+                               f"{MAX_COALITION_RUNS:,} a cell runs; lower {key}")
+
+
 def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
     """The cells with ``cost`` filled: ``runs`` (coalition runs, or trainer fits), ``episodes``, ``calls``
     (model calls) and ``tokens`` (an upper bound on generated tokens: calls x max_new_tokens).
@@ -151,8 +186,23 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
             estimator = s["estimator"] if isinstance(s["estimator"], str) else \
                 ("exact" if n <= s["estimator"]["exact_up_to"] else s["estimator"]["larger"])
             questions = s["task"]["n"] or 100
-            masks = _masks(estimator, n, s["budget"], s["seed"])
+            per_size = _coalitions_per_size(estimator, n, s["budget"])
+            _refuse_large(cell, estimator, sum(per_size.values()))
             runs = episodes = calls = 0.0
+            if sum(per_size.values()) > LISTED_COALITIONS or (s["budget"] or 0) > LISTED_COALITIONS:
+                played = [(s["protocol"]["protocol"], s["protocol"]["options"], k, c) for k, c in per_size.items()]
+                for proto, opts, k, count in [*played, ("vote", {}, 1, float(n))]:  # then the models alone
+                    memo = (proto, digest(opts), n, k)
+                    if memo not in calls_memo:
+                        calls_memo[memo] = _calls(proto, opts, names, list(range(k)))
+                    runs += count
+                    episodes += count * questions * s["samples"]
+                    calls += count * calls_memo[memo] * questions * s["samples"]
+                out.append(Cell(cell.kind, cell.id, cell.spec, cell.fingerprint, {
+                    "runs": runs, "episodes": episodes, "calls": calls,
+                    "tokens": calls * s["sampling"]["max_new_tokens"]}))
+                continue
+            masks = _masks(estimator, n, s["budget"], s["seed"])
             common = [s["protocol"], s["task"], s["samples"], s["seed"], s["sampling"]]
             jobs = [("protocol", m) for m in masks] + [("alone", 1 << i) for i in range(n)]
             for what, m in jobs:

@@ -6,15 +6,21 @@ Layout of a study's ``out`` directory::
     cells/<fingerprint>.json     one finished cell's result (atomic write; a rerun skips it)
     coalitions/                  the coalition cache every valuation cell shares (resume mid-cell)
     train/<fingerprint>/         a training cell's checkpoints, metrics.jsonl and TensorBoard logs
+    cells/<fingerprint>.lock     held (``flock``) by the driver running the cell: pid, host and start inside
     logs/<cell id>.log           one log per cell: its settings, then its result and time
     study.json, study.md, *.png  the tables (see :mod:`crl_envs.study.tables`)
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
+import math
 import os
+import socket
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,9 +76,8 @@ def run_cell(payload: dict[str, Any]) -> dict[str, Any]:
     log = out / "logs" / (cell["id"].replace("/", "__") + ".log")
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with open(log, "a") as f:
-        f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] start {cell['id']} (fingerprint {cell['fingerprint']})\n"
-                f"settings: {json.dumps(cell['spec'], sort_keys=True)}\n")
+    append_log(log, f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] start {cell['id']} (fingerprint {cell['fingerprint']})\n"
+                    f"settings: {json.dumps(cell['spec'], sort_keys=True)}\n")
     try:
         if cell["kind"] == "valuation":
             result = _valuation_cell(cell["spec"], out, payload.get("coalition_executor"))
@@ -87,15 +92,29 @@ def run_cell(payload: dict[str, Any]) -> dict[str, Any]:
             finally:
                 torch.set_num_threads(threads)
     except BaseException as e:
-        with open(log, "a") as f:
-            f.write(f"[{time.strftime('%H:%M:%S')}] failed after {time.perf_counter() - t0:.1f}s: "
-                    f"{type(e).__name__}: {e}\n")
+        append_log(log, f"[{time.strftime('%H:%M:%S')}] failed after {time.perf_counter() - t0:.1f}s: "
+                        f"{type(e).__name__}: {e}\n")
         raise
     result = {"id": cell["id"], "kind": cell["kind"], "fingerprint": cell["fingerprint"], **result,
               "seconds": time.perf_counter() - t0}
-    with open(log, "a") as f:
-        f.write(f"[{time.strftime('%H:%M:%S')}] done in {result['seconds']:.1f}s: {result.get('summary', '')}\n")
+    append_log(log, f"[{time.strftime('%H:%M:%S')}] done in {result['seconds']:.1f}s: {result.get('summary', '')}\n")
     return result
+
+
+def append_log(path: Path, text: str) -> None:
+    """Append ``text`` to the log at ``path``, never through a symbolic link: a link planted there is
+    replaced by a regular file (``O_NOFOLLOW``), so a log cannot write into the link's target."""
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            path.unlink()
+            continue
+        with os.fdopen(fd, "a") as f:
+            f.write(text)
+        return
 
 
 def _valuation_cell(spec: dict[str, Any], out: Path, coalition_executor: Any) -> dict[str, Any]:
@@ -164,15 +183,60 @@ def cell_path(out: Path, cell: Cell) -> Path:
 
 
 def load_result(out: Path, cell: Cell) -> dict[str, Any] | None:
-    """A finished cell's result, or ``None`` when it has not finished (or the file is not its own)."""
+    """A finished cell's result, or ``None`` when it has not finished. A file that is not a valid result
+    of this cell (not JSON, not its fingerprint, scores missing, outside [0, 1], not finite or of the
+    wrong length) is not used: a warning names it and the cell runs again (its file is then replaced)."""
     path = cell_path(out, cell)
     if not path.exists():
         return None
     try:
         result = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        problem = result_problem(cell, result)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        problem = f"unreadable ({type(e).__name__}: {e})"
+    if problem is None:
+        return result
+    warnings.warn(f"study cell file {path} is not a valid result of {cell.id}: {problem}; the cell runs again",
+                  stacklevel=2)
+    return None
+
+
+def result_problem(cell: Cell, result: Any) -> str | None:
+    """What is wrong with ``result`` as the finished result of ``cell`` (``None``: nothing)."""
+
+    def scores(name: str, values: Any, length: int) -> str | None:
+        if not isinstance(values, list) or len(values) != length:
+            return f"{name} is not a list of {length} scores"
+        flat = [x for row in values for x in (row if isinstance(row, list) else [row])]
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 <= x <= 1
+                   for x in flat):
+            return f"{name} holds a score that is not a finite number in [0, 1]"
         return None
-    return result if result.get("fingerprint") == cell.fingerprint else None
+
+    if not isinstance(result, dict):
+        return f"a {type(result).__name__}, not a result"
+    if result.get("fingerprint") != cell.fingerprint or result.get("kind") != cell.kind:
+        return "another cell's fingerprint or kind"
+    if cell.kind == "valuation":
+        report = result.get("report")
+        if not isinstance(report, dict) or not isinstance(report.get("ids"), list) \
+                or not isinstance(report.get("example_ids"), list) or not isinstance(report.get("measures"), dict):
+            return "no valuation report (ids, example_ids, measures)"
+        n = len(report["example_ids"])
+        checks = [scores("report.system", report.get("system"), n)]
+        if report.get("estimator") in ("exact", "loo", "permutation", "antithetic"):
+            individual = report["measures"].get("individual")
+            if not isinstance(individual, dict):
+                return "no individual scores"
+            table = individual.get("per_question")  # (models, questions)
+            checks.append(scores("report.measures.individual", table, len(report["ids"])))
+            if not checks[-1] and not all(isinstance(r, list) and len(r) == n for r in table):
+                checks.append(f"report.measures.individual is not {n} scores per model")
+        return next((c for c in checks if c), None)
+    ids = result.get("example_ids")
+    if not isinstance(ids, list):
+        return "no example_ids"
+    return scores("system", result.get("system"), len(ids)) or scores("standalone", result.get("standalone"), len(ids))
 
 
 def _payload(cell: Cell, out: Path, coalition_executor: Any = None) -> dict[str, Any]:
@@ -240,6 +304,14 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
         if on_result is not None:
             on_result(cell, result)
 
+    def claimed(cell: Cell) -> bool:
+        """Claim ``cell`` if it is still unfinished; ``False`` while another driver holds it."""
+        if not _claim(out, cell):
+            return False
+        if not pending([cell]):  # finished by the driver that held it until now
+            _release(out, cell)
+        return True
+
     try:
         bar.set_postfix_str(f"0/{len(todo)} cells", refresh=True)
         coalition_executor = executor if config.executor.kind != "local" else None
@@ -250,21 +322,40 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
         waiting: list[Cell] = []
         for cell in local:
             if pending([cell]):
-                if _claim(out, cell):
-                    _run_claimed(cell, out, coalition_executor, finished)
+                if claimed(cell):
+                    if cell.id not in results:
+                        _run_claimed(cell, out, coalition_executor, finished)
                 else:
                     waiting.append(cell)  # another driver is running it: come back at the end
-        while waiting:
-            cell = waiting.pop(0)
-            if not pending([cell]):
-                continue
-            if _claim(out, cell):
-                _run_claimed(cell, out, coalition_executor, finished)
-            else:
+        mine = []  # whole cells on the executor: every one claimed first, held until its result is written
+        for cell in pending(rest):
+            if not claimed(cell):
                 waiting.append(cell)
-                time.sleep(5)
-        rest = pending(rest)
-        executor.map(run_cell, [_payload(c, out) for c in rest], lambda i, r: finished(rest[i], r))
+            elif cell.id not in results:
+                mine.append(cell)
+        try:
+            executor.map(run_cell, [_payload(c, out) for c in mine], lambda i, r: finished(mine[i], r))
+        finally:
+            for cell in mine:
+                _release(out, cell)
+        told: set[str] = set()
+        while waiting:
+            progressed = False
+            for cell in list(waiting):
+                if not pending([cell]):
+                    waiting.remove(cell)
+                    progressed = True
+                elif claimed(cell):
+                    waiting.remove(cell)
+                    progressed = True
+                    if cell.id not in results:
+                        _run_claimed(cell, out, coalition_executor, finished)
+                elif cell.id not in told:
+                    told.add(cell.id)
+                    tqdm.write(f"[crl-envs study] {cell.id} is being run by {lock_holder(out, cell)}; waiting for "
+                               f"it (taken over at once if that driver stops)")
+            if waiting and not progressed:
+                time.sleep(2)
     finally:
         bar.close()
     return results
@@ -274,34 +365,64 @@ def _lock_path(out: Path, cell: Cell) -> Path:
     return out / "cells" / f"{cell.fingerprint}.lock"
 
 
+#: The lock files this process holds: path -> open descriptor (closing it releases the lock).
+_HELD: dict[str, int] = {}
+
+
 def _claim(out: Path, cell: Cell) -> bool:
-    """Take the cell's lock file (created exclusively, holding this process id); a lock whose process is
-    gone is stale and taken over. Several drivers on one ``out`` then never run one cell at once."""
+    """Take the cell's lock: an exclusive ``flock`` on ``cells/<fingerprint>.lock``, which the kernel
+    releases when its holder exits however it exits, so a lock never outlives its driver and no lock is
+    ever taken over by guessing. The file then names the holder (pid, host, since). ``False`` while
+    another driver (or another open of the file) holds it."""
     path = _lock_path(out, cell)
-    for _ in range(2):
+    if str(path) in _HELD:
+        return True
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(8):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                pid = int(path.read_text() or 0)
-                os.kill(pid, 0)
-                return pid == os.getpid()
-            except (ValueError, ProcessLookupError, FileNotFoundError):
-                path.unlink(missing_ok=True)  # stale: its driver died
-                continue
-            except PermissionError:
-                return False
-        with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # its holder released and removed it between our open and flock: open the new one
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}).encode())
+        _HELD[str(path)] = fd
         return True
     return False
+
+
+def _release(out: Path, cell: Cell) -> None:
+    """Release a lock this process holds (removed while still held, then closed)."""
+    path = _lock_path(out, cell)
+    fd = _HELD.pop(str(path), None)
+    if fd is not None:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def lock_holder(out: Path, cell: Cell) -> str:
+    """Who holds the cell's lock, as its file says: ``"pid 12 on host h since 2026-12-03 09:00:00 UTC"``."""
+    try:
+        who = json.loads(_lock_path(out, cell).read_text() or "{}")
+        return f"pid {who['pid']} on host {who['host']} since {who['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another driver (it has not written its pid yet)"
 
 
 def _run_claimed(cell: Cell, out: Path, coalition_executor: Any, finished: Callable[[Cell, dict[str, Any]], Any]) -> None:
     try:
         finished(cell, run_cell(_payload(cell, out, coalition_executor)))
     finally:
-        _lock_path(out, cell).unlink(missing_ok=True)
+        _release(out, cell)
 
 
 def jsonable(value: Any) -> Any:

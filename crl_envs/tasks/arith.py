@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import random
 
+from crl_envs.options import check_int
 from crl_envs.tasks.base import Example
 from crl_envs.tasks.numeric import NumericTask
 
@@ -37,6 +38,7 @@ class ArithTask(NumericTask):
         split = split or "test"
         if split not in ("train", "test"):
             raise ValueError(f"arith has splits 'train' and 'test', got {split!r}")
+        check_int("arith digits", digits, minimum=1)
         if not 1 <= digits <= 9:
             raise ValueError(f"arith digits must be in 1..9, got {digits}")
         ops = tuple(operations)

@@ -14,7 +14,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from crl_envs.cli import SUBCOMMANDS, add_task_arguments, build_pool, parse_options, task_options
+from crl_envs.cli import (
+    SUBCOMMANDS,
+    add_task_arguments,
+    build_pool,
+    parse_options,
+    positive_int,
+    task_options,
+    writable_dir,
+)
 
 DEFAULT_QUESTIONS = 200
 """Exact valuation of the 5-model zoo under debate at 50 questions: ~4 CPU-minutes on this 2-core
@@ -38,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=int, default=1, help="episodes per question")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the runner's (256)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None, help="default: the runner's (256)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="protocol option, e.g. --option rounds=3 (repeatable)")
     p.add_argument("--out", default="valuation", help="directory for the JSON and PNG (default: ./valuation)")
@@ -76,6 +84,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.estimator == "antithetic" and args.budget % 2:
         raise ValueError(f"--estimator antithetic pairs each permutation with its reverse: --budget must be even, "
                          f"got {args.budget}")
+    writable_dir(args.out)
 
 
 def run(args: argparse.Namespace) -> int:
