@@ -9,6 +9,7 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
     [study]
     name = "paper-small"
     out = "runs/paper-small"            # where cells, logs, study.json, study.md and plots go
+    trackers = ["mlflow", "trackio"]    # optional: log training runs and the tables (crl_envs.tracking)
 
     [pools]                             # label = a named pool, or a list of members
     zoo = "zoo"
@@ -60,6 +61,8 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
+
+from crl_envs.tracking import check_trackers
 
 SECTIONS = ("study", "pools", "tasks", "protocols", "valuation", "training", "sampling", "executor")
 ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
@@ -242,6 +245,8 @@ class StudyConfig:
     executor: ExecutorConfig
     source: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: trackers the training runs and the study's tables are logged to (:mod:`crl_envs.tracking`)
+    trackers: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------- parsing
@@ -270,7 +275,11 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
         raise StudyConfigError(f"study config must be a path to a .toml file or a dict, got {type(config).__name__}")
     _unknown_keys("", raw, SECTIONS)
     study = _table("study", raw.get("study"))
-    _unknown_keys("study", study, ["name", "out"])
+    _unknown_keys("study", study, ["name", "out", "trackers"])
+    try:
+        trackers = check_trackers(study.get("trackers", []), "trackers")
+    except (TypeError, ValueError) as e:
+        raise _error("study.trackers", str(e).removeprefix("trackers: ")) from None
     name = study.get("name", source.stem if source else "study")
     if not isinstance(name, str) or not _LABEL.match(name):
         raise _error("study.name", f"must be a short label of letters, digits, '-', '_' or '.', got {name!r}")
@@ -295,7 +304,7 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
         raise _error("protocols", "nothing to run: define [protocols] (for valuation) or [training]")
     return StudyConfig(name=name, out=out_dir, pools=pools, tasks=tasks, protocols=protocols, valuation=valuation,
                        training=training, sampling=sampling, executor=_executor(_table("executor", raw.get("executor"))),
-                       source=source, raw=raw)
+                       source=source, raw=raw, trackers=trackers)
 
 
 def _pool(label: str, spec: Any) -> PoolConfig:

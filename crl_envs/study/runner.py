@@ -83,7 +83,7 @@ def run_cell(payload: dict[str, Any]) -> dict[str, Any]:
             torch.set_num_threads(cell["spec"]["threads"])  # the same reductions on every executor
             try:
                 result = _baseline_cell(cell["spec"]) if cell["kind"] == "baseline" else \
-                    _training_cell(cell["spec"], out / "train" / cell["fingerprint"])
+                    _training_cell(cell["spec"], out / "train" / cell["fingerprint"], payload.get("tracking"))
             finally:
                 torch.set_num_threads(threads)
     except BaseException as e:
@@ -122,7 +122,8 @@ def _valuation_cell(spec: dict[str, Any], out: Path, coalition_executor: Any) ->
     return {"report": d, "summary": summary}
 
 
-def _trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Path | None):
+def _trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Path | None,
+             tracking: dict[str, Any] | None = None):
     import trainers
 
     pool = build_pool(spec["pool"])
@@ -132,6 +133,8 @@ def _trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Pat
                   num_generations=spec.get("num_generations", 8), learning_rate=spec.get("learning_rate", 5e-5),
                   max_new_tokens=spec["max_new_tokens"], seed=seed, progress=False,
                   protocol_options=spec["options"], output_dir=None if output_dir is None else str(output_dir))
+    if tracking:  # the study's trackers (crl_envs.tracking), under the study's name
+        common.update(trackers=tuple(tracking["trackers"]), tracking_project=tracking["project"])
     if spec.get("lora"):
         common["lora"] = trainers.LoraSettings(**spec["lora"])
     if trainer_name == "shapley_credit":
@@ -149,8 +152,8 @@ def _baseline_cell(spec: dict[str, Any]) -> dict[str, Any]:
             "summary": f"system {result.system_accuracy:.3f}, learner alone {result.standalone_accuracy:.3f}"}
 
 
-def _training_cell(spec: dict[str, Any], output_dir: Path) -> dict[str, Any]:
-    trainer = _trainer(spec, spec["trainer"], spec["seed"], output_dir)
+def _training_cell(spec: dict[str, Any], output_dir: Path, tracking: dict[str, Any] | None = None) -> dict[str, Any]:
+    trainer = _trainer(spec, spec["trainer"], spec["seed"], output_dir, tracking)
     trainer.fit()
     result = trainer.evaluate()
     return {"example_ids": list(result.example_ids), "system": result.system.tolist(),
@@ -176,9 +179,10 @@ def load_result(out: Path, cell: Cell) -> dict[str, Any] | None:
     return result if result.get("fingerprint") == cell.fingerprint else None
 
 
-def _payload(cell: Cell, out: Path, coalition_executor: Any = None) -> dict[str, Any]:
+def _payload(cell: Cell, out: Path, coalition_executor: Any = None, tracking: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
     return {"cell": {"kind": cell.kind, "id": cell.id, "spec": cell.spec, "fingerprint": cell.fingerprint},
-            "out": str(out), "coalition_executor": coalition_executor}
+            "out": str(out), "coalition_executor": coalition_executor, "tracking": tracking}
 
 
 def make_executor(config: StudyConfig):
@@ -214,6 +218,7 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
         return results
     executor = make_executor(config)
     executor.start()  # a bad address fails here, before any work
+    tracking = {"trackers": list(config.trackers), "project": config.name} if config.trackers else None
     weight = {c.id: max(c.cost.get("calls", 1.0), 1.0) for c in todo}
     bar = tqdm(total=round(sum(weight.values())), desc=f"{config.name}: {len(todo)} cells", disable=not progress,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| est. model calls{postfix} [{elapsed}<{remaining}]")
@@ -252,7 +257,7 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
         for cell in local:
             if pending([cell]):
                 if _claim(out, cell):
-                    _run_claimed(cell, out, coalition_executor, finished)
+                    _run_claimed(cell, out, coalition_executor, finished, tracking)
                 else:
                     waiting.append(cell)  # another driver is running it: come back at the end
         while waiting:
@@ -260,12 +265,12 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
             if not pending([cell]):
                 continue
             if _claim(out, cell):
-                _run_claimed(cell, out, coalition_executor, finished)
+                _run_claimed(cell, out, coalition_executor, finished, tracking)
             else:
                 waiting.append(cell)
                 time.sleep(5)
         rest = pending(rest)
-        executor.map(run_cell, [_payload(c, out) for c in rest], lambda i, r: finished(rest[i], r))
+        executor.map(run_cell, [_payload(c, out, tracking=tracking) for c in rest], lambda i, r: finished(rest[i], r))
     finally:
         bar.close()
     return results
@@ -298,9 +303,10 @@ def _claim(out: Path, cell: Cell) -> bool:
     return False
 
 
-def _run_claimed(cell: Cell, out: Path, coalition_executor: Any, finished: Callable[[Cell, dict[str, Any]], Any]) -> None:
+def _run_claimed(cell: Cell, out: Path, coalition_executor: Any, finished: Callable[[Cell, dict[str, Any]], Any],
+                 tracking: dict[str, Any] | None = None) -> None:
     try:
-        finished(cell, run_cell(_payload(cell, out, coalition_executor)))
+        finished(cell, run_cell(_payload(cell, out, coalition_executor, tracking)))
     finally:
         _lock_path(out, cell).unlink(missing_ok=True)
 
