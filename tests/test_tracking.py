@@ -101,3 +101,21 @@ def test_a_crl_run_in_a_study_logs_to_mlflow_and_trackio_offline(tmp_path, monke
     assert [(s["step"], s["train/reward_mean"]) for s in steps] == pytest.approx(
         [(m["step"], m["reward_mean"]) for m in logged])
     assert [s["study/executed"] for s in SQLiteStorage.get_logs(name, "study")] == [2]
+
+
+@pytest.mark.slow
+def test_wandb_runs_offline(tmp_path, monkeypatch):
+    """W&B's offline mode without network: the run's record file holds the metrics and the config (this
+    wandb has no Python reader of its own files; ``wandb sync`` would upload them), the table is saved."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    table = tmp_path / "study.md"
+    table.write_text("| a |\n")
+    trackers = open_trackers(["wandb"], tmp_path / "run", project="p", run="r", config={"config": {"seed": 1234567}})
+    trackers.log_metrics({"train/reward_mean": 0.625}, 1)
+    trackers.log_artifact(table)
+    trackers.close()
+    [record] = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
+    data = record.read_bytes()
+    assert b"train/reward_mean" in data and b"0.625" in data and b"1234567" in data
+    assert (record.parent / "files" / "study.md").read_text() == "| a |\n"
