@@ -270,7 +270,7 @@ class OpenAIAgent(Agent):
         except httpx.TimeoutException as e:
             raise _Failure(f"timed out after {self.timeout} s ({type(e).__name__})", retryable=True) from None
         except httpx.ConnectError as e:  # nothing listens there (refused), or the host name does not resolve
-            raise _Failure(f"cannot connect ({type(e).__name__}: {e}); is a server running at {self.base_url}? "
+            raise _Failure(f"connection error ({type(e).__name__}: {e}); is a server running at {self.base_url}? "
                            "Start it, or fix the base URL of the spec", retryable=True, refused=True) from None
         except httpx.TransportError as e:  # connection reset, dropped mid-response, protocol errors
             raise _Failure(f"connection error ({type(e).__name__}: {e})", retryable=True) from None

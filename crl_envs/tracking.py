@@ -3,7 +3,7 @@ the config, files such as a study's tables), written to any of TensorBoard, MLfl
 
 Every tracker works offline and writes next to the run (``directory``):
 
-- ``"tensorboard"``: event files in ``<directory>/tensorboard`` (``tensorboard --logdir``).
+- ``"tensorboard"``: event files in ``<tensorboard_dir or directory>/tensorboard`` (``tensorboard --logdir``).
 - ``"mlflow"``: the store ``MLFLOW_TRACKING_URI`` names, else ``sqlite:///<directory>/mlflow.db`` (what verl
   uses by default) with artifacts in ``<directory>/mlflow-artifacts`` (``mlflow ui --backend-store-uri ...``).
 - ``"trackio"``: trackio's local store (``TRACKIO_DIR``, default ``~/.cache/huggingface/trackio``; set it
@@ -76,8 +76,11 @@ def check_trackers(names: Any, key: str = "trackers") -> tuple[str, ...]:
 
 
 def open_trackers(names: Sequence[str], directory: str | Path, *, project: str, run: str,
-                  config: Mapping[str, Any] | None = None) -> Trackers:
+                  config: Mapping[str, Any] | None = None, tensorboard_dir: str | Path | None = None) -> Trackers:
     """Open one run named ``run`` of ``project`` on each tracker of ``names``, with ``config`` recorded.
+
+    Runs that share ``directory`` share its stores (one MLflow database for a study's training runs);
+    TensorBoard's events go to ``tensorboard_dir`` (default ``directory``), one directory per run.
 
     Raises:
         ValueError, TypeError, ImportError: see :func:`check_trackers`.
@@ -89,7 +92,8 @@ def open_trackers(names: Sequence[str], directory: str | Path, *, project: str, 
     opened: list[Tracker] = []
     try:
         for name in names:
-            opened.append(_OPEN[name](directory, project, run, config))
+            where = Path(tensorboard_dir) if name == "tensorboard" and tensorboard_dir is not None else directory
+            opened.append(_OPEN[name](where, project, run, config))
     except BaseException:
         for tracker in opened:
             tracker.close()

@@ -81,17 +81,18 @@ def test_a_crl_run_in_a_study_logs_to_mlflow_and_trackio_offline(tmp_path, monke
     logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in logged] == [1, 2]
 
-    # MLflow: the training run in its run directory's store, the study's run (config, figures, tables) in out's
-    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
-    [run] = client.search_runs([client.get_experiment_by_name(name).experiment_id])
-    assert run.info.run_name == run_dir.name and run.info.status == "FINISHED"
+    # MLflow: one store for the study (out/mlflow.db): the training run, and the study's (config, figures, tables)
+    assert not (run_dir / "mlflow.db").exists()
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    runs = {r.info.run_name: r for r in client.search_runs([client.get_experiment_by_name(name).experiment_id])}
+    assert set(runs) == {run_dir.name, "study"}
+    run = runs[run_dir.name]
+    assert run.info.status == "FINISHED"
     for key in ("reward_mean", "loss"):
         history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, f"train/{key}"))
         assert history == pytest.approx([(m["step"], m[key]) for m in logged])
     assert run.data.params["config.learning_rate"] == "0.001" and run.data.params["trainer"] == "CRLTrainer"
-    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
-    [run] = client.search_runs([client.get_experiment_by_name(name).experiment_id])
-    assert run.info.run_name == "study"
+    run = runs["study"]
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"study.json", "study.md"}
     assert run.data.metrics["study/cells"] == result["run"]["cells"] == 2  # the baseline and the training cell
     assert json.loads(run.data.params["training.trainers"].replace("'", '"')) == ["crl"]

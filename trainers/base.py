@@ -202,7 +202,7 @@ def evaluate_policy(protocol: Any, pool: Pool, task: Task, learner: str, policy:
 
 #: Config fields that do not change what training computes: a checkpoint written under other values resumes.
 RESUMABLE_FIELDS = frozenset({"steps", "output_dir", "save_steps", "tensorboard", "trackers", "tracking_project",
-                              "progress"})
+                              "tracking_dir", "progress"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -535,7 +535,8 @@ class PolicyGradientTrainer(abc.ABC):
         names = ("tensorboard",) * self.config.tensorboard + tuple(self.config.trackers)
         if names:
             if self._writer is None:  # crl_envs.tracking: TensorBoard, MLflow, trackio, W&B
-                self._writer = open_trackers(names, out, project=self.config.tracking_project, run=out.resolve().name,
+                self._writer = open_trackers(names, self.config.tracking_dir or out, tensorboard_dir=out,
+                                             project=self.config.tracking_project, run=out.resolve().name,
                                              config={"trainer": type(self).__name__, **self.setup(),
                                                      "config": self.config.to_dict()})
             self._writer.log_metrics({f"train/{k}": v for k, v in metrics.items() if k != "step"}, metrics["step"])

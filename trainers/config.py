@@ -96,6 +96,8 @@ class TrainerConfig:
             ``"wandb"``; see :mod:`crl_envs.tracking`): per step metrics and the config.
         tracking_project: the project (experiment) the trackers file this run under; the run is named by
             ``output_dir``'s last component.
+        tracking_dir: where ``trackers`` keep their stores (``None``: ``output_dir``); a study passes its
+            ``out``, so that its training runs share one MLflow database.
         progress: show progress bars.
     """
 
@@ -124,6 +126,7 @@ class TrainerConfig:
     tensorboard: bool = True
     trackers: tuple[str, ...] = ()
     tracking_project: str = "crl-envs"
+    tracking_dir: str | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -163,6 +166,8 @@ class TrainerConfig:
             if not isinstance(getattr(self, field_name), bool):
                 raise TypeError(f"{name}.{field_name} must be True or False, got {getattr(self, field_name)!r}")
         self.trackers = check_trackers(self.trackers, f"{name}.trackers")
+        if self.tracking_dir is not None and not isinstance(self.tracking_dir, (str, os.PathLike)):
+            raise TypeError(f"{name}.tracking_dir must be a path (str) or None, got {self.tracking_dir!r}")
         if self.trackers and self.output_dir is None:
             raise ValueError(f"{name}.trackers={list(self.trackers)!r} needs output_dir= (they write next to it)")
         if isinstance(self.lora, dict):

@@ -134,7 +134,8 @@ def _trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Pat
                   max_new_tokens=spec["max_new_tokens"], seed=seed, progress=False,
                   protocol_options=spec["options"], output_dir=None if output_dir is None else str(output_dir))
     if tracking:  # the study's trackers (crl_envs.tracking), under the study's name
-        common.update(trackers=tuple(tracking["trackers"]), tracking_project=tracking["project"])
+        common.update(trackers=tuple(tracking["trackers"]), tracking_project=tracking["project"],
+                      tracking_dir=tracking["dir"])
     if spec.get("lora"):
         common["lora"] = trainers.LoraSettings(**spec["lora"])
     if trainer_name == "shapley_credit":
@@ -218,7 +219,7 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
         return results
     executor = make_executor(config)
     executor.start()  # a bad address fails here, before any work
-    tracking = {"trackers": list(config.trackers), "project": config.name} if config.trackers else None
+    tracking = {"trackers": list(config.trackers), "project": config.name, "dir": str(out)} if config.trackers else None
     weight = {c.id: max(c.cost.get("calls", 1.0), 1.0) for c in todo}
     bar = tqdm(total=round(sum(weight.values())), desc=f"{config.name}: {len(todo)} cells", disable=not progress,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| est. model calls{postfix} [{elapsed}<{remaining}]")
