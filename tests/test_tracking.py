@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import uuid
 
 import pytest
@@ -117,6 +118,8 @@ def test_wandb_runs_offline(tmp_path, monkeypatch):
     trackers.log_artifact(table)
     trackers.close()
     [record] = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
-    data = record.read_bytes()
+    deadline = time.monotonic() + 60
+    while b"train/reward_mean" not in (data := record.read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.5)  # wandb's service writes the records after finish() returns
     assert b"train/reward_mean" in data and b"0.625" in data and b"1234567" in data
     assert (record.parent / "files" / "study.md").read_text() == "| a |\n"
