@@ -77,11 +77,29 @@ def require_hub(what: str, fix: str, *, timeout: float = CHECK_TIMEOUT) -> None:
                                   "or set HF_HUB_OFFLINE=1 to use a copy already in the local cache")
 
 
-def offline_miss(what: str, fix: str, error: BaseException) -> HubUnavailableError:
-    """The error for a cache miss with ``HF_HUB_OFFLINE`` set (``error``: what the library raised)."""
-    return HubUnavailableError(f"{what} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set "
-                               f"({type(error).__name__}); {fix}")
+def offline_miss(what: str, fix: str, error: BaseException | None = None) -> HubUnavailableError:
+    """The error for a cache miss with ``HF_HUB_OFFLINE`` set (``error``: what the library raised, if any)."""
+    raised = f" ({type(error).__name__})" if error is not None else ""
+    return HubUnavailableError(f"{what} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set{raised}; {fix}")
+
+
+def require_model(what: str, repo_id: str, fix: str, *, timeout: float = CHECK_TIMEOUT) -> None:
+    """Raise :class:`HubUnavailableError` at once when the hub model ``repo_id`` cannot be had: the hub is
+    unreachable (:func:`require_hub`), or ``HF_HUB_OFFLINE`` is set and its ``config.json`` is not in the
+    local cache. For engines (vLLM) that would otherwise retry for tens of seconds and then print the
+    hub's own message."""
+    require_hub(what, fix, timeout=timeout)
+    if not hub_offline():
+        return
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 - not a valid repo id: not in the cache either
+        cached = None
+    if not isinstance(cached, str):
+        raise offline_miss(what, fix)
 
 
 __all__ = ["HubUnavailableError", "hub_offline", "endpoint", "unavailable_reason", "require_hub", "offline_miss",
-           "CHECK_TIMEOUT"]
+           "require_model", "CHECK_TIMEOUT"]

@@ -28,6 +28,10 @@ from agents.base import Agent, Generation, Request, truncate_at_stop
 from agents.spec_options import split_options
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
+#: Retries of a refused connection (no server at the base URL), each after at most CONNECT_RETRY_DELAY
+#: seconds: a server that is restarting gets a second or so, a wrong URL fails in about that time.
+CONNECT_RETRIES = 2
+CONNECT_RETRY_DELAY = 0.5
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 
 
@@ -38,9 +42,10 @@ class OpenAIRequestError(RuntimeError):
 class _Failure(Exception):
     """One failed attempt: what went wrong, whether retrying may help, and the server's Retry-After."""
 
-    def __init__(self, message: str, retryable: bool, retry_after: float | None = None):
+    def __init__(self, message: str, retryable: bool, retry_after: float | None = None, refused: bool = False):
         super().__init__(message)
         self.message, self.retryable, self.retry_after = message, retryable, retry_after
+        self.refused = refused  # no connection at all: retried CONNECT_RETRIES times at most
 
     def __str__(self) -> str:
         return self.message
@@ -221,19 +226,14 @@ class OpenAIAgent(Agent):
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
         semaphore = asyncio.Semaphore(self.concurrency)
         async with httpx.AsyncClient(headers=headers, timeout=self.timeout, limits=limits) as client:
-            tasks = [asyncio.ensure_future(self._one(client, semaphore, r, api_key)) for r in requests]
-            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for t in pending:
-                t.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
-            for t in tasks:  # the first failure in request order
-                if t.done() and not t.cancelled() and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]
+            tasks = [asyncio.ensure_future(self._one(client, semaphore, r, api_key, _which(r, i, len(requests))))
+                     for i, r in enumerate(requests)]
+            await _first_failure_in_order(tasks)
             return [t.result() for t in tasks]
 
     async def _one(
-        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, request: Request, api_key: str | None
+        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, request: Request, api_key: str | None,
+        which: str = "request",
     ) -> Generation:
         body = self.payload(request)
         url = f"{self.base_url}/chat/completions"
@@ -243,6 +243,8 @@ class OpenAIAgent(Agent):
                 wait = backoff_delay(attempt - 1, self.backoff_base, self.backoff_max, self._rng)
                 if last is not None and last.retry_after is not None:
                     wait = min(self.retry_after_max, last.retry_after)
+                if last is not None and last.refused:
+                    wait = min(wait, CONNECT_RETRY_DELAY)
                 await asyncio.sleep(wait)
             t0 = time.perf_counter()
             try:
@@ -253,12 +255,12 @@ class OpenAIAgent(Agent):
                 return generation
             except _Failure as failure:
                 last = failure
-                if not failure.retryable:
+                if not failure.retryable or (failure.refused and attempt >= CONNECT_RETRIES):
                     break
         attempts = attempt + 1
         message = (
-            f"OpenAIAgent {self.name!r} (model {self.model!r} at {self.base_url}): request for example "
-            f"{_example_id(request)!r} failed after {attempts} attempt{'s' * (attempts > 1)}; last failure: {last}"
+            f"OpenAIAgent {self.name!r} (model {self.model!r} at {self.base_url}): {which} "
+            f"failed after {attempts} attempt{'s' * (attempts > 1)}; last failure: {last}"
         )
         raise OpenAIRequestError(_redact(message, api_key))
 
@@ -267,7 +269,10 @@ class OpenAIAgent(Agent):
             response = await client.post(url, json=body)
         except httpx.TimeoutException as e:
             raise _Failure(f"timed out after {self.timeout} s ({type(e).__name__})", retryable=True) from None
-        except httpx.TransportError as e:  # connection refused/reset, dropped mid-response, protocol errors
+        except httpx.ConnectError as e:  # nothing listens there (refused), or the host name does not resolve
+            raise _Failure(f"connection error ({type(e).__name__}: {e}); is a server running at {self.base_url}? "
+                           "Start it, or fix the base URL of the spec", retryable=True, refused=True) from None
+        except httpx.TransportError as e:  # connection reset, dropped mid-response, protocol errors
             raise _Failure(f"connection error ({type(e).__name__}: {e})", retryable=True) from None
         if response.status_code != 200:
             snippet = response.text[:300].replace("\n", " ")
@@ -377,9 +382,35 @@ def _tokens_within(pieces: list[bytes], text: str) -> tuple[int | None, str]:
     return kept, target[:length].decode("utf-8", errors="replace")
 
 
-def _example_id(request: Request) -> str | None:
+async def _first_failure_in_order(tasks: list[asyncio.Future]) -> None:
+    """Wait for ``tasks``; raise the failure of the first failing one in list order, whichever failed first.
+
+    When task ``k`` fails, the tasks after it are cancelled (they cannot change the verdict) and those
+    before it run on (one of them may fail too, and then it is the one raised): the error a batch
+    raises depends on the requests and the server, never on the order in which requests finished."""
+    index = {t: i for i, t in enumerate(tasks)}
+    first = len(tasks)  # the first failing task's index (len: none failed)
+    live = set(tasks)
+    while live:
+        done, live = await asyncio.wait(live, return_when=asyncio.FIRST_EXCEPTION)
+        failed = [index[t] for t in done if not t.cancelled() and t.exception() is not None]
+        if failed and min(failed) < first:
+            first = min(failed)
+            for t in tasks[first + 1:]:
+                t.cancel()
+            live = {t for t in live if index[t] < first}
+    await asyncio.gather(*tasks[first + 1:], return_exceptions=True)  # cancelled; their failures retrieved
+    if first < len(tasks):
+        raise tasks[first].exception()  # type: ignore[misc]
+
+
+def _which(request: Request, index: int, total: int) -> str:
+    """How an error names a request: its task example when it has one, else its place in the batch."""
     example = request.metadata.get("example")
-    return getattr(example, "id", example)
+    example = getattr(example, "id", example)
+    if example is not None:
+        return f"request for example {example!r}"
+    return f"request {index + 1} of {total} (no task example)"
 
 
 def _redact(text: str, secret: str | None) -> str:

@@ -16,7 +16,8 @@ On CPU (vLLM's CPU build; measured on SmolLM2-135M, 2 cores) the defaults differ
 eager (compiling took the load from 28 s to 134 s and paid nothing back at these sizes), and its KV
 cache is ``kv_cache_gib`` GiB of host RAM (vLLM's ``kv_cache_memory_bytes``; default
 :data:`CPU_KV_CACHE_GIB`) instead of a ``gpu_memory_utilization`` share of all host RAM, so two or
-three engines fit in 24 GiB.
+three engines fit in 24 GiB; and prompts are not chunked (a seeded request whose prompt was split over
+two steps killed vLLM 0.32's CPU engine: "CPU Generator does not use offset").
 
 vLLM is imported only when a :class:`VLLMAgent` is built.
 """
@@ -147,8 +148,13 @@ class VLLMAgent(TokenizerPrompts, Agent):
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if kv_cache_gib is not None and not kv_cache_gib > 0:
             raise ValueError(f"kv_cache_gib must be > 0 (GiB of host RAM for the KV cache), got {kv_cache_gib}")
-        self._vllm = import_vllm()
+        self._vllm = import_vllm()  # first: without an engine, the model does not matter
         self.source = str(model)
+        if not Path(self.source).exists():  # a hub id: fail in a second when it cannot be had
+            from agents.hub import require_model
+
+            require_model(f"VLLMAgent({self.source!r})", self.source, "pass a local model directory written by "
+                          "save_pretrained (e.g. 'vllm:/path/to/model')")
         self.name = name or Path(self.source).name or self.source
         self.logprobs = logprobs
         on_cpu = _on_cpu()
@@ -162,6 +168,12 @@ class VLLMAgent(TokenizerPrompts, Agent):
         }
         if kv_cache_gib is None and on_cpu:
             kv_cache_gib = CPU_KV_CACHE_GIB
+        if on_cpu and _engine_accepts("enable_chunked_prefill"):
+            # a seeded request whose prompt is split over two steps (chunked prefill: a batch's prompts over
+            # max_num_batched_tokens, 4096 on CPU) kills the CPU engine: vLLM rewinds its generator with
+            # set_offset, which torch's CPU generators lack ("CPU Generator does not use offset", then
+            # EngineDeadError). Unchunked, a prompt that does not fit waits for the next step whole.
+            kwargs["enable_chunked_prefill"] = False
         if kv_cache_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         if gpu_memory_utilization is not None:

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     "options": (0, ("crl_envs.options",)),
     "stats": (0, ("crl_envs.stats",)),  # numpy/scipy only: the verdicts' statistics
+    "tracking": (0, ("crl_envs.tracking",)),  # experiment trackers (TensorBoard, MLflow, trackio, W&B)
     "sandbox": (0, ("crl_envs.sandbox", "crl_envs.sandbox.*")),
     "backends": (0, ("agents", "agents.*")),
     "tasks": (1, ("crl_envs.tasks", "crl_envs.tasks.*")),

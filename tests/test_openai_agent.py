@@ -427,3 +427,36 @@ def test_missing_logprobs_fail_at_once_naming_the_agent():
     assert "'canned'" in message and "'q-ex-0'" in message and "1 attempt;" in message
     assert "without the log-probs" in message and "logprobs=false" in message
     assert attempts == 1  # not retried: the server will never send them
+
+
+def test_the_error_names_the_first_failing_request_in_request_order_not_the_first_to_fail():
+    """Request 1 fails at once, request 0 a moment later: the error names request 0 (the verdict of a
+    batch must not depend on which request the scheduler finished first)."""
+
+    def respond(body):
+        if body["messages"][-1]["content"] == "q0":
+            time.sleep(0.5)
+        return {"choices": [{"message": {"content": "4"}, "finish_reason": "stop"}]}  # no log-probs
+
+    with ChatServer(respond=respond) as server:
+        with pytest.raises(OpenAIRequestError, match=r"example 'q-ex-0' failed after 1 attempt;"):
+            make_agent(server.url, logprobs=True).generate(make_requests(3))
+    assert server.attempts["q0"] == 1 and server.attempts["q1"] == 1
+
+
+def test_a_refused_connection_fails_fast_naming_the_base_url_and_the_request():
+    """No server on the port: a short bounded retry (not the backoff meant for a busy server), then one
+    line naming the base URL, the fix and the request (by its place in the batch when it has no example)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: nothing listens there
+    url = f"http://127.0.0.1:{port}/v1"
+    agent = OpenAIAgent(url, "m", name="closed")  # the default retries and backoff
+    t0 = time.perf_counter()
+    with pytest.raises(OpenAIRequestError) as info:
+        agent.generate([Request([{"role": "user", "content": f"q{i}"}]) for i in range(4)])
+    elapsed = time.perf_counter() - t0
+    message = str(info.value)
+    assert elapsed < 5, f"a refused connection took {elapsed:.1f} s to surface"
+    assert "\n" not in message and f"is a server running at {url}?" in message and "fix the base URL" in message
+    assert "request 1 of 4 (no task example) failed after 3 attempts" in message and "None" not in message

@@ -113,6 +113,23 @@ def test_sampled_logprobs_match_a_teacher_forced_pass_and_seeds_are_batch_indepe
     assert worst < 1e-3, worst
 
 
+def test_a_seeded_batch_over_the_step_token_budget_runs_and_keeps_its_seeds(engine):
+    """A vote's batch whose prompts exceed one step's token budget (4096 on CPU): with chunked prefill the
+    last prompt was split over two steps and vLLM's rewind of its seeded generator (``set_offset``, absent
+    from torch's CPU generators) killed the engine ("CPU Generator does not use offset", EngineDeadError;
+    a 32-question vote of 96 requests did). Now each prompt runs whole, and every seeded answer is the one
+    it gets alone."""
+    config = engine.llm.llm_engine.vllm_config.scheduler_config
+    assert config.enable_chunked_prefill is False
+    question = QUESTIONS[6]  # 150 prompt tokens with the chat template: 30 of them are 4500
+    batch = [Request(chat(f"{k}. {question}"), SamplingParams(temperature=0.7, max_new_tokens=2, seed=k))
+             for k in range(30)]
+    assert sum(len(engine.encode_prompt(r.messages)) for r in batch) > config.max_num_batched_tokens
+    together = engine.generate(batch)
+    alone = engine.generate([batch[-1]])
+    assert together[-1].token_ids == alone[0].token_ids and all(g.token_ids for g in together)
+
+
 def test_stops_cut_where_hfagent_cuts_and_the_context_end_finishes_with_length(engine, hf):
     full = hf.generate([Request(chat(QUESTIONS[3]), SamplingParams(max_new_tokens=40))])[0]
     stop = full.text[len(full.text) // 2: len(full.text) // 2 + 2]  # two characters mid-answer

@@ -79,3 +79,35 @@ def test_play_stops_invented_speaker_turns_caps_answers_by_task_and_names_the_ba
     assert "--backend vllm applies to --pool pretrained only" in capsys.readouterr().err
     expected = "vllm" if importlib.util.find_spec("vllm") else "llamacpp" if importlib.util.find_spec("llama_cpp") else "hf"
     assert play_backend("auto") == expected and play_backend("hf") == "hf"
+
+
+def test_a_hub_model_that_cannot_be_had_fails_at_once_naming_the_fix(monkeypatch):
+    """A hub id with the hub unreachable, or offline and not cached: one line in a second naming the fix
+    (as ``hf:`` does), not vLLM's retries for tens of seconds and then the hub's own message."""
+    import time
+
+    from huggingface_hub import constants
+
+    from agents import hub
+
+    pytest.importorskip("vllm")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # a closed port: a machine without network
+    for proxy in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    hub._unreachable.cache_clear()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(hub.HubUnavailableError, match=r"^VLLMAgent\('org/no-such-model'\) needs the Hugging Face "
+                                                          r"hub, but 127.0.0.1:9 is unreachable.*local model directory"):
+            agents.from_spec("vllm:org/no-such-model")
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+        with pytest.raises(hub.HubUnavailableError) as info:
+            agents.from_spec("vllm:org/no-such-model?max_model_len=512")
+    finally:
+        hub._unreachable.cache_clear()
+    message = str(info.value)
+    assert message.startswith("VLLMAgent('org/no-such-model') is not in the local Hugging Face cache and "
+                              "HF_HUB_OFFLINE is set; pass a local model directory") and "\n" not in message
+    assert time.perf_counter() - t0 < 10

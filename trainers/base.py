@@ -11,7 +11,6 @@ from __future__ import annotations
 import abc
 import copy
 import json
-import math
 import os
 import shutil
 import time
@@ -30,6 +29,7 @@ from crl_envs import protocols
 from crl_envs import tasks as task_registry
 from crl_envs.runner import Episode
 from crl_envs.tasks import Task
+from crl_envs.tracking import open_trackers
 from trainers.advantages import ADVANTAGES, compute_advantages
 from trainers.config import TrainerConfig
 from trainers.losses import LossInputs, get_loss
@@ -201,7 +201,8 @@ def evaluate_policy(protocol: Any, pool: Pool, task: Task, learner: str, policy:
 
 
 #: Config fields that do not change what training computes: a checkpoint written under other values resumes.
-RESUMABLE_FIELDS = frozenset({"steps", "output_dir", "save_steps", "tensorboard", "progress"})
+RESUMABLE_FIELDS = frozenset({"steps", "output_dir", "save_steps", "tensorboard", "trackers", "tracking_project",
+                              "tracking_dir", "progress"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -465,8 +466,9 @@ class PolicyGradientTrainer(abc.ABC):
             if self.config.output_dir and (self.step % self.config.save_steps == 0 or self.step == steps):
                 self.save_checkpoint()
         bar.close()
-        if self._writer is not None:
-            self._writer.flush()
+        if self._writer is not None:  # the trackers' run ends with fit (a later fit opens a new one)
+            self._writer.close()
+            self._writer = None
         return self.history
 
     def evaluate(self, task: Task | str | None = None) -> EvalResult:
@@ -530,14 +532,14 @@ class PolicyGradientTrainer(abc.ABC):
         out.mkdir(parents=True, exist_ok=True)
         with open(out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(metrics) + "\n")
-        if self.config.tensorboard:
-            if self._writer is None:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._writer = SummaryWriter(str(out / "tensorboard"))
-            for key, value in metrics.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._writer.add_scalar(f"train/{key}", value, metrics["step"])
+        names = ("tensorboard",) * self.config.tensorboard + tuple(self.config.trackers)
+        if names:
+            if self._writer is None:  # crl_envs.tracking: TensorBoard, MLflow, trackio, W&B
+                self._writer = open_trackers(names, self.config.tracking_dir or out, tensorboard_dir=out,
+                                             project=self.config.tracking_project, run=out.resolve().name,
+                                             config={"trainer": type(self).__name__, **self.setup(),
+                                                     "config": self.config.to_dict()})
+            self._writer.log_metrics({f"train/{k}": v for k, v in metrics.items() if k != "step"}, metrics["step"])
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().cpu().clone() for n, p in self.policy.model.named_parameters() if p.requires_grad}

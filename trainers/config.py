@@ -12,6 +12,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from crl_envs.tracking import check_trackers
+
 #: Built-in advantage estimators that compare a rollout with its group (they need G >= 2).
 GROUP_ESTIMATORS = frozenset({"group_mean", "group_mean_std", "rloo", "shapley_credit"})
 
@@ -90,6 +92,12 @@ class TrainerConfig:
         output_dir: where metrics (JSONL + TensorBoard) and checkpoints go (``None``: nothing written).
         save_steps: checkpoint every this many steps (and at the end).
         tensorboard: also write TensorBoard events.
+        trackers: more trackers to log to, offline, next to ``output_dir`` (``"mlflow"``, ``"trackio"``,
+            ``"wandb"``; see :mod:`crl_envs.tracking`): per step metrics and the config.
+        tracking_project: the project (experiment) the trackers file this run under; the run is named by
+            ``output_dir``'s last component.
+        tracking_dir: where ``trackers`` keep their stores (``None``: ``output_dir``); a study passes its
+            ``out``, so that its training runs share one MLflow database.
         progress: show progress bars.
     """
 
@@ -116,6 +124,9 @@ class TrainerConfig:
     output_dir: str | None = None
     save_steps: int = 10
     tensorboard: bool = True
+    trackers: tuple[str, ...] = ()
+    tracking_project: str = "crl-envs"
+    tracking_dir: str | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -154,6 +165,11 @@ class TrainerConfig:
         for field_name in ("tensorboard", "progress"):
             if not isinstance(getattr(self, field_name), bool):
                 raise TypeError(f"{name}.{field_name} must be True or False, got {getattr(self, field_name)!r}")
+        self.trackers = check_trackers(self.trackers, f"{name}.trackers")
+        if self.tracking_dir is not None and not isinstance(self.tracking_dir, (str, os.PathLike)):
+            raise TypeError(f"{name}.tracking_dir must be a path (str) or None, got {self.tracking_dir!r}")
+        if self.trackers and self.output_dir is None:
+            raise ValueError(f"{name}.trackers={list(self.trackers)!r} needs output_dir= (they write next to it)")
         if isinstance(self.lora, dict):
             self.lora = LoraSettings(**self.lora)
         if self.lora is not None and not isinstance(self.lora, LoraSettings):

@@ -61,6 +61,7 @@ from crl_envs.study.plan import CELL_VERSION, Cell, cells, estimate
 from crl_envs.study.runner import environment, jsonable, load_result, run_cells
 from crl_envs.study.stats import training_tables, valuation_tables
 from crl_envs.study.tables import markdown, plots
+from crl_envs.tracking import open_trackers
 from crl_envs.valuation.coalition import atomic_write_json
 
 
@@ -115,9 +116,17 @@ def run(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: str
     before = sum(load_result(config.out, c) is not None for c in planned)
     results = run_cells(config, planned, progress=progress)
     wall = time.perf_counter() - t0
-    return write(config, planned, results, run_info={
+    study = write(config, planned, results, run_info={
         "cells": len(planned), "cached": before, "executed": len(planned) - before, "wall_seconds": wall,
         "executor": config.executor.kind, "environment": environment()})
+    if config.trackers:  # the config, the run's figures and the tables, as one "study" run
+        trackers = open_trackers(config.trackers, config.out, project=config.name, run="study",
+                                 config=jsonable(_config_dict(config)))
+        trackers.log_metrics({f"study/{k}": v for k, v in study["run"].items()}, 0)
+        for name in ("study.json", "study.md"):
+            trackers.log_artifact(config.out / name)
+        trackers.close()
+    return study
 
 
 def report(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: str | os.PathLike | None = None

@@ -9,6 +9,7 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
     [study]
     name = "paper-small"
     out = "runs/paper-small"            # where cells, logs, study.json, study.md and plots go
+    trackers = ["mlflow", "trackio"]    # optional: log training runs and the tables (crl_envs.tracking)
 
     [pools]                             # label = a named pool, or a list of members
     zoo = "zoo"
@@ -61,6 +62,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from crl_envs.tracking import check_trackers
 
 SECTIONS = ("study", "pools", "tasks", "protocols", "valuation", "training", "sampling", "executor")
 ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
@@ -269,6 +272,8 @@ class StudyConfig:
     executor: ExecutorConfig
     source: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: trackers the training runs and the study's tables are logged to (:mod:`crl_envs.tracking`)
+    trackers: tuple[str, ...] = ()
 
     def sampling_for(self, task: str) -> dict[str, Any]:
         """``[sampling]`` with the task's own ``max_new_tokens`` where it sets one (valuation and training)."""
@@ -302,7 +307,11 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
         raise StudyConfigError(f"study config must be a path to a .toml file or a dict, got {type(config).__name__}")
     _unknown_keys("", raw, SECTIONS)
     study = _table("study", raw.get("study"))
-    _unknown_keys("study", study, ["name", "out"])
+    _unknown_keys("study", study, ["name", "out", "trackers"])
+    try:
+        trackers = check_trackers(study.get("trackers", []), "trackers")
+    except (TypeError, ValueError) as e:
+        raise _error("study.trackers", str(e).removeprefix("trackers: ")) from None
     name = study.get("name", source.stem if source else "study")
     _check_label("study.name", name, "study name")
     out_dir = Path(out) if out is not None else Path(study.get("out", f"runs/{name}"))
@@ -327,7 +336,7 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
     _check_cell_count(valuation, training)
     return StudyConfig(name=name, out=out_dir, pools=pools, tasks=tasks, protocols=protocols, valuation=valuation,
                        training=training, sampling=sampling, executor=_executor(_table("executor", raw.get("executor"))),
-                       source=source, raw=raw)
+                       source=source, raw=raw, trackers=trackers)
 
 
 def _pool(label: str, spec: Any) -> PoolConfig:

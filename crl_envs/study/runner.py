@@ -88,7 +88,7 @@ def run_cell(payload: dict[str, Any]) -> dict[str, Any]:
             torch.set_num_threads(cell["spec"]["threads"])  # the same reductions on every executor
             try:
                 result = _baseline_cell(cell["spec"]) if cell["kind"] == "baseline" else \
-                    _training_cell(cell["spec"], out / "train" / cell["fingerprint"])
+                    _training_cell(cell["spec"], out / "train" / cell["fingerprint"], payload.get("tracking"))
             finally:
                 torch.set_num_threads(threads)
     except BaseException as e:
@@ -141,7 +141,8 @@ def _valuation_cell(spec: dict[str, Any], out: Path, coalition_executor: Any) ->
     return {"report": d, "summary": summary}
 
 
-def _trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Path | None):
+def _trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Path | None,
+             tracking: dict[str, Any] | None = None):
     import trainers
 
     pool = build_pool(spec["pool"])
@@ -151,6 +152,9 @@ def _trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Pat
     budget = {k: spec[k] for k in ("steps", "questions_per_step", "num_generations", "learning_rate") if k in spec}
     common = dict(**budget, max_new_tokens=spec["max_new_tokens"], seed=seed, progress=False,
                   protocol_options=spec["options"], output_dir=None if output_dir is None else str(output_dir))
+    if tracking:  # the study's trackers (crl_envs.tracking), under the study's name
+        common.update(trackers=tuple(tracking["trackers"]), tracking_project=tracking["project"],
+                      tracking_dir=tracking["dir"])
     if spec.get("lora"):
         common["lora"] = trainers.LoraSettings(**spec["lora"])
     if trainer_name == "shapley_credit":
@@ -167,8 +171,8 @@ def _baseline_cell(spec: dict[str, Any]) -> dict[str, Any]:
             "summary": f"system {result.system_accuracy:.3f}, learner alone {result.standalone_accuracy:.3f}"}
 
 
-def _training_cell(spec: dict[str, Any], output_dir: Path) -> dict[str, Any]:
-    trainer = _trainer(spec, spec["trainer"], spec["seed"], output_dir)
+def _training_cell(spec: dict[str, Any], output_dir: Path, tracking: dict[str, Any] | None = None) -> dict[str, Any]:
+    trainer = _trainer(spec, spec["trainer"], spec["seed"], output_dir, tracking)
     trainer.fit()
     result = trainer.evaluate()
     return {"example_ids": list(result.example_ids), "system": result.system.tolist(),
@@ -239,9 +243,10 @@ def result_problem(cell: Cell, result: Any) -> str | None:
     return scores("system", result.get("system"), len(ids)) or scores("standalone", result.get("standalone"), len(ids))
 
 
-def _payload(cell: Cell, out: Path, coalition_executor: Any = None) -> dict[str, Any]:
+def _payload(cell: Cell, out: Path, coalition_executor: Any = None, tracking: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
     return {"cell": {"kind": cell.kind, "id": cell.id, "spec": cell.spec, "fingerprint": cell.fingerprint},
-            "out": str(out), "coalition_executor": coalition_executor}
+            "out": str(out), "coalition_executor": coalition_executor, "tracking": tracking}
 
 
 def make_executor(config: StudyConfig):
@@ -277,6 +282,7 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
         return results
     executor = make_executor(config)
     executor.start()  # a bad address fails here, before any work
+    tracking = {"trackers": list(config.trackers), "project": config.name, "dir": str(out)} if config.trackers else None
     weight = {c.id: max(c.cost.get("calls", 1.0), 1.0) for c in todo}
     bar = tqdm(total=round(sum(weight.values())), desc=f"{config.name}: {len(todo)} cells", disable=not progress,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| est. model calls{postfix} [{elapsed}<{remaining}]")
@@ -324,7 +330,7 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
             if pending([cell]):
                 if claimed(cell):
                     if cell.id not in results:
-                        _run_claimed(cell, out, coalition_executor, finished)
+                        _run_claimed(cell, out, coalition_executor, finished, tracking)
                 else:
                     waiting.append(cell)  # another driver is running it: come back at the end
         mine = []  # whole cells on the executor: every one claimed first, held until its result is written
@@ -334,7 +340,7 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
             elif cell.id not in results:
                 mine.append(cell)
         try:
-            executor.map(run_cell, [_payload(c, out) for c in mine], lambda i, r: finished(mine[i], r))
+            executor.map(run_cell, [_payload(c, out, tracking=tracking) for c in mine], lambda i, r: finished(mine[i], r))
         finally:
             for cell in mine:
                 _release(out, cell)
@@ -349,7 +355,7 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
                     waiting.remove(cell)
                     progressed = True
                     if cell.id not in results:
-                        _run_claimed(cell, out, coalition_executor, finished)
+                        _run_claimed(cell, out, coalition_executor, finished, tracking)
                 elif cell.id not in told:
                     told.add(cell.id)
                     tqdm.write(f"[crl-envs study] {cell.id} is being run by {lock_holder(out, cell)}; waiting for "
@@ -418,9 +424,10 @@ def lock_holder(out: Path, cell: Cell) -> str:
         return "another driver (it has not written its pid yet)"
 
 
-def _run_claimed(cell: Cell, out: Path, coalition_executor: Any, finished: Callable[[Cell, dict[str, Any]], Any]) -> None:
+def _run_claimed(cell: Cell, out: Path, coalition_executor: Any, finished: Callable[[Cell, dict[str, Any]], Any],
+                 tracking: dict[str, Any] | None = None) -> None:
     try:
-        finished(cell, run_cell(_payload(cell, out, coalition_executor)))
+        finished(cell, run_cell(_payload(cell, out, coalition_executor, tracking)))
     finally:
         _release(out, cell)
 

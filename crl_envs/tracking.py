@@ -1,0 +1,252 @@
+"""Experiment trackers: one small interface for what training runs and studies record (metrics per step,
+the config, files such as a study's tables), written to any of TensorBoard, MLflow, trackio and W&B.
+
+Every tracker works offline and writes next to the run (``directory``):
+
+- ``"tensorboard"``: event files in ``<tensorboard_dir or directory>/tensorboard`` (``tensorboard --logdir``).
+- ``"mlflow"``: the store ``MLFLOW_TRACKING_URI`` names, else ``sqlite:///<directory>/mlflow.db`` (what verl
+  uses by default) with artifacts in ``<directory>/mlflow-artifacts`` (``mlflow ui --backend-store-uri ...``).
+- ``"trackio"``: trackio's local store (``TRACKIO_DIR``, default ``~/.cache/huggingface/trackio``; set it
+  before trackio is first imported), shown by ``trackio show --project <project>``.
+- ``"wandb"``: W&B in offline mode under ``<directory>/wandb`` (``wandb sync`` uploads it later).
+
+MLflow, trackio and W&B come with ``pip install 'crl-envs[trackers]'``; they are imported only when a
+tracker of theirs is opened. Metrics that are not finite numbers are not sent (trackers disagree on NaN).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+#: The trackers :func:`open_trackers` knows, and the module each one needs.
+TRACKERS: dict[str, str] = {"tensorboard": "tensorboard", "mlflow": "mlflow", "trackio": "trackio", "wandb": "wandb"}
+INSTALL = "pip install 'crl-envs[trackers]'"
+
+
+class Tracker:
+    """Where one run's records go. Subclasses implement the four methods; :class:`Trackers` fans out."""
+
+    name = "tracker"
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Record ``metrics`` (finite numbers, already filtered) at ``step``."""
+        raise NotImplementedError
+
+    def log_artifact(self, path: Path) -> None:
+        """Keep a copy of the file ``path`` with the run (a study's tables, a report)."""
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Make what was logged so far readable by the tracker's own tools."""
+
+    def close(self) -> None:
+        """End the run (after this, nothing more is logged)."""
+
+
+def check_trackers(names: Any, key: str = "trackers") -> tuple[str, ...]:
+    """``names`` as a tuple of known tracker names, each installed.
+
+    Raises:
+        TypeError: ``names`` is not a list of strings.
+        ValueError: an unknown name (the valid ones and the closest are named).
+        ImportError: a tracker whose package is missing (the extra to install is named).
+    """
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise TypeError(f"{key} must be a list of tracker names (e.g. ['mlflow', 'trackio']), got {names!r}")
+    names = tuple(names)
+    import importlib.util
+
+    for name in names:
+        if name not in TRACKERS:
+            close = difflib.get_close_matches(str(name), list(TRACKERS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{key}: unknown tracker {name!r}{hint}; trackers: {', '.join(TRACKERS)}")
+        if importlib.util.find_spec(TRACKERS[name]) is None:
+            raise ImportError(f"{key}: tracker {name!r} needs the {TRACKERS[name]!r} package, which is not installed: "
+                              f"{INSTALL}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{key}: {list(names)!r} names a tracker twice; name each once")
+    return names
+
+
+def open_trackers(names: Sequence[str], directory: str | Path, *, project: str, run: str,
+                  config: Mapping[str, Any] | None = None, tensorboard_dir: str | Path | None = None) -> Trackers:
+    """Open one run named ``run`` of ``project`` on each tracker of ``names``, with ``config`` recorded.
+
+    Runs that share ``directory`` share its stores (one MLflow database for a study's training runs);
+    TensorBoard's events go to ``tensorboard_dir`` (default ``directory``), one directory per run.
+
+    Raises:
+        ValueError, TypeError, ImportError: see :func:`check_trackers`.
+    """
+    names = check_trackers(names)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = _jsonable(dict(config or {}))
+    opened: list[Tracker] = []
+    try:
+        for name in names:
+            where = Path(tensorboard_dir) if name == "tensorboard" and tensorboard_dir is not None else directory
+            opened.append(_OPEN[name](where, project, run, config))
+    except BaseException:
+        for tracker in opened:
+            tracker.close()
+        raise
+    return Trackers(opened)
+
+
+class Trackers(Tracker):
+    """Several trackers as one: each call goes to every tracker, metrics filtered once."""
+
+    name = "trackers"
+
+    def __init__(self, trackers: Sequence[Tracker]):
+        self.trackers = list(trackers)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        finite = {k: float(v) for k, v in metrics.items()
+                  if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+        if finite:
+            for tracker in self.trackers:
+                tracker.log_metrics(finite, int(step))
+
+    def log_artifact(self, path: str | Path) -> None:
+        for tracker in self.trackers:
+            tracker.log_artifact(Path(path))
+
+    def flush(self) -> None:
+        for tracker in self.trackers:
+            tracker.flush()
+
+    def close(self) -> None:
+        for tracker in self.trackers:
+            tracker.close()
+
+    def __bool__(self) -> bool:
+        return bool(self.trackers)
+
+
+# ---------------------------------------------------------------------- the four trackers
+class TensorBoardTracker(Tracker):
+    name = "tensorboard"
+
+    def __init__(self, directory: Path, project: str, run: str, config: dict[str, Any]):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(directory / "tensorboard"))
+        if config:
+            self.writer.add_text("config", f"```\n{json.dumps(config, indent=1, sort_keys=True)}\n```")
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, step)
+
+    def log_artifact(self, path: Path) -> None:
+        if path.suffix in (".md", ".txt", ".json"):
+            self.writer.add_text(path.name, path.read_text())
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class MLflowTracker(Tracker):
+    name = "mlflow"
+
+    def __init__(self, directory: Path, project: str, run: str, config: dict[str, Any]):
+        import os
+
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        self.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{directory.resolve() / 'mlflow.db'}"
+        self.client = MlflowClient(tracking_uri=self.uri)
+        experiment = self.client.get_experiment_by_name(project)
+        experiment_id = experiment.experiment_id if experiment is not None else self.client.create_experiment(
+            project, artifact_location=(directory.resolve() / "mlflow-artifacts").as_uri())
+        self.run_id = self.client.create_run(experiment_id, run_name=run).info.run_id
+        params = [Param(k, str(v)[:6000]) for k, v in _flatten(config).items()]
+        for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(self.run_id, params=params[i: i + 100])
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()])
+
+    def log_artifact(self, path: Path) -> None:
+        self.client.log_artifact(self.run_id, str(path))
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
+class TrackioTracker(Tracker):
+    name = "trackio"
+
+    def __init__(self, directory: Path, project: str, run: str, config: dict[str, Any]):
+        import trackio
+
+        self.trackio = trackio
+        self.run = trackio.init(project=project, name=run, config=config, embed=False, auto_log_cpu=False,
+                                auto_log_gpu=False)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self.run.log(dict(metrics), step=step)
+
+    def log_artifact(self, path: Path) -> None:
+        self.trackio.log_artifact(str(path), name=path.name.replace(".", "-"), overwrite=True)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class WandbTracker(Tracker):
+    name = "wandb"
+
+    def __init__(self, directory: Path, project: str, run: str, config: dict[str, Any]):
+        import wandb
+
+        (directory / "wandb").mkdir(exist_ok=True)
+        self.run = wandb.init(project=project, name=run, config=config, dir=str(directory), mode="offline",
+                              reinit="create_new")
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self.run.log(dict(metrics), step=step)
+
+    def log_artifact(self, path: Path) -> None:
+        self.run.save(str(path), base_path=str(path.parent), policy="now")
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+_OPEN = {"tensorboard": TensorBoardTracker, "mlflow": MLflowTracker, "trackio": TrackioTracker, "wandb": WandbTracker}
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (MLflow's params are flat)."""
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, Mapping) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with tuples as lists and anything else JSON cannot hold as its ``str``."""
+    return json.loads(json.dumps(value, default=str))
+
+
+__all__ = ["TRACKERS", "Tracker", "Trackers", "check_trackers", "open_trackers"]
