@@ -248,6 +248,8 @@ class HFAgent(TokenizerPrompts, Agent):
         >>> agent.generate([Request([{"role": "user", "content": "2+2?"}])])  # doctest: +SKIP
     """
 
+    deterministic = True  # per-request generators; batch-invariant (tests/test_hf_agent.py)
+
     #: options of ``hf:<model>?key=value`` specs (keyword arguments of the constructor)
     SPEC_OPTIONS: dict[str, type | tuple[type, ...]] = {
         "dtype": str, "device": str, "batch_size": int, "name": str, "trust_remote_code": bool,
