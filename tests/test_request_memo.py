@@ -138,28 +138,35 @@ def sure_agent():
     return ScriptedAgent.expert("e", 1.0)
 
 
-def test_valuation_with_memo_is_identical_and_caches_the_same(zoo, tmp_path):
-    """evaluate with and without the memo: the same report and byte-identical coalition cache files;
-    the memo generates at least 2.8x fewer requests on debate (the issue's measured ratio is 2.8x)."""
-    task = tasks.load("arith", n=3, seed=2, **agents.zoo.TASK_OPTIONS)
-    reports = {}
-    generated = {}
+def test_valuation_with_memo_is_identical_and_caches_the_same(zoo, tmp_path, monkeypatch):
+    """evaluate with and without the memo: the same report, byte-identical coalition cache files, and
+    as many generations as there are distinct (model, messages, sampling) requests, counted here."""
+    task = tasks.load("arith", n=2, seed=2, **agents.zoo.TASK_OPTIONS)
+    sent = []
+    generate = agents.HFAgent.generate
+
+    def recording(self, requests):
+        sent.extend(json.dumps([self.fingerprint, r.messages, asdict(r.sampling)]) for r in requests)
+        return generate(self, requests)
+
+    monkeypatch.setattr(agents.HFAgent, "generate", recording)
+    reports, generated, made = {}, {}, {}
     for memo in (False, True):
         coalition.MEMO.clear()
-        before = coalition.MEMO.generated
+        before, sent[:] = coalition.MEMO.generated, []
         reports[memo] = valuation.evaluate("debate", zoo, task, cache_dir=tmp_path / str(memo), progress=False,
                                            memo=memo)
-        generated[memo] = coalition.MEMO.generated - before
+        generated[memo], made[memo] = coalition.MEMO.generated - before, list(sent)
     for name, m in reports[False].measures.items():
         np.testing.assert_array_equal(reports[True].measures[name].per_question, m.per_question)
     off = sorted((tmp_path / "False").rglob("*.json"))
     on = sorted((tmp_path / "True").rglob("*.json"))
     assert [p.relative_to(tmp_path / "False") for p in off] == [p.relative_to(tmp_path / "True") for p in on]
     assert all(a.read_bytes() == b.read_bytes() for a, b in zip(off, on)) and len(off) == 31 + 5
-    assert generated[False] == 0
+    assert generated[False] == 0 and len(made[True]) == generated[True] == len(set(made[False]))
     requests = sum(len(task) * valuation.CoalitionGame("debate", zoo, task, cache_dir=False).cost(m)
                    for m in range(1, 32)) + 5 * len(task)
-    assert requests / generated[True] >= 2.8
+    assert len(made[False]) == requests > 2 * generated[True]
 
 
 @pytest.mark.parametrize("protocol", ["vote", "debate", "judge", "cascade"])
