@@ -139,7 +139,7 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
     (model calls that will run: distinct requests, :func:`crl_envs.valuation.cost.distinct_calls`) and ``tokens`` (an upper bound on generated tokens: calls x max_new_tokens).
     Valuation coalitions shared between cells (the same members at the same positions, protocol, task and
     seed) are counted once, where they first appear, as the coalition cache will play them once."""
-    from crl_envs.valuation.cost import distinct_calls
+    from crl_envs.valuation.cost import distinct_calls, memoised_models
 
     seen: set[str] = set()
     out = []
@@ -170,7 +170,8 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
                 runs += 1
                 episodes += questions * s["samples"]
             # the request memo generates each distinct request of the cell's runs once
-            calls = distinct_calls(played_runs, names, questions, s["samples"]) if played_runs else 0.0
+            calls = distinct_calls(played_runs, names, questions, s["samples"],
+                                   memoised=memoised_models(s["pool"], n)) if played_runs else 0.0
             tokens = calls * s["sampling"]["max_new_tokens"]
         else:
             names = _names(s["pool"])

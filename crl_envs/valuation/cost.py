@@ -44,12 +44,14 @@ class _AgreeingStandIn(ScriptedAgent):
 
     deterministic = True
 
-    def __init__(self, name: str, slot: str, agreement: float):
+    def __init__(self, name: str, slot: str, agreement: float, memoised: bool = True):
+        self.deterministic = memoised
+
         def respond(example: Any, messages: list) -> str:
             h = stable_hash(slot, name, messages[-1]["content"])
             if h % 10_000 < agreement * 10_000:
                 return f"The answer is {example.answer}. Confidence: 9"
-            return f"The answer is {stable_hash(slot, name, example.id) % 997}. Confidence: {h % 7 + 2}"
+            return f"The answer is {stable_hash(slot, name, example.id) % 997}. Confidence: 9"
 
         super().__init__(name, respond)
         self._fingerprint = f"stand-in:{slot}:{name}:{agreement}"
@@ -80,7 +82,7 @@ Run = tuple[ProtocolFactory | str, Mapping[str, Any], int]
 
 
 def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, samples: int = 1,
-                   agreement: float = AGREEMENT) -> float:
+                   agreement: float = AGREEMENT, memoised: bool | Sequence[bool] = True) -> float:
     """Model calls that the coalition runs ``runs`` make with the request memo: distinct requests,
     each generated once across all of them.
 
@@ -96,14 +98,18 @@ def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, sa
         names: the pool's model names, in order.
         questions, samples: questions per run and episodes per question.
         agreement: the chance a model answers with the reference (see :data:`AGREEMENT`).
+        memoised: whether each model (or all) is memoised (``Agent.deterministic``); the requests
+            of the others are all counted. Role agents (a judge) count as memoised.
 
     Raises:
         ValueError: a mask outside the pool or a run that is not ``(protocol, options, mask)``.
     """
     from crl_envs import tasks as task_registry
 
-    task = task_registry.load("arith", n=STAND_IN_QUESTIONS, seed=0)
-    pool = Pool([_AgreeingStandIn(name, f"model_{i}", agreement) for i, name in enumerate(names)])
+    flags = [memoised] * len(names) if isinstance(memoised, bool) else list(memoised)
+    if len(flags) != len(names):
+        raise ValueError(f"memoised names {len(flags)} models for a pool of {len(names)}")
+    pool = Pool([_AgreeingStandIn(name, f"model_{i}", agreement, flags[i]) for i, name in enumerate(names)])
     full = (1 << len(pool)) - 1
     memo = RequestMemo()
     groups: dict[tuple, tuple[ProtocolFactory, dict[str, Any], list[list[str]]]] = {}
@@ -119,7 +125,41 @@ def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, sa
             role = _replace_agents(dict(options or {}), lambda n: _AgreeingStandIn(n, "role", agreement))
             groups[key] = (factory, role, [])
         groups[key][2].append([pool.ids[i] for i in range(len(pool)) if mask >> i & 1])
-    for factory, options, coalitions in groups.values():
-        run_coalitions(factory, pool, task, coalitions, options=options, memo=memo, progress=False,
-                       sampling=SamplingParams(temperature=0.0, max_new_tokens=1))
-    return memo.generated * questions * samples / STAND_IN_QUESTIONS
+    # without a memoised model every request counts, whatever the answers: one question suffices
+    played_questions = STAND_IN_QUESTIONS if any(flags) else 1
+    key = (repr([(f"{f.__module__}.{f.__qualname__}", o, c) for (f, _), (_, o, c) in groups.items()]),
+           tuple(names), tuple(flags), agreement, played_questions)
+    if key not in _COUNTS:
+        task = task_registry.load("arith", n=played_questions, seed=0)
+        _COUNTS[key] = _count(groups.values(), pool, task, memo) / played_questions
+    return _COUNTS[key] * questions * samples
+
+
+#: distinct_calls' counts per question, by everything they depend on (a study's cells share them)
+_COUNTS: dict[tuple, float] = {}
+
+
+def _count(groups: Any, pool: Pool, task: Task, memo: RequestMemo) -> int:
+    """Requests generated when the stand-ins play every group ``(factory, options, coalitions)``."""
+    generated = 0
+    for factory, options, coalitions in groups:
+        played = run_coalitions(factory, pool, task, coalitions, options=options, memo=memo, progress=False,
+                                sampling=SamplingParams(temperature=0.0, max_new_tokens=1))
+        generated += sum(u.generated_calls for episodes in played for u in total_usage(episodes).values())
+    return generated
+
+
+def memoised_models(pool: Any, n: int) -> list[bool]:
+    """Whether each model of a study's pool description is memoised, without building it: a named
+    pool or spec string whose backend sets ``Agent.deterministic`` (HF, the zoo, llama.cpp); scripted
+    experts (dicts), ``vllm:`` and ``openai:`` models are not. ``n`` is the pool's size."""
+    def one(entry: Any) -> bool:
+        if not isinstance(entry, str):
+            return False
+        if "vllm" in entry:
+            return False
+        backend = entry.split(":", 1)[0]
+        return backend in ("hf", "zoo", "llamacpp", "pretrained", "pretrained-llamacpp") or (
+            ":" not in entry and entry.startswith("zoo"))
+
+    return [one(pool)] * n if isinstance(pool, str) else [one(m) for m in pool]

@@ -308,7 +308,8 @@ def _run_weights(todo: Sequence[tuple[CoalitionGame, int]]) -> dict[tuple[int, i
         total = sum(full[id(g), m] for g, m in runs)
         try:
             actual = distinct_calls([(g.factory, g.options, m) for g, m in runs], g0.pool.names,
-                                    len(g0.example_ids), g0.samples) if g0.memo else total
+                                    len(g0.example_ids), g0.samples,
+                                    memoised=[g0.memo and g0.pool[a].deterministic for a in g0.ids])
         except Exception:  # a protocol the stand-ins cannot play: every call counted
             actual = total
         for g, m in runs:
@@ -346,7 +347,8 @@ class _RunBar:
 
     def finished(self, game: CoalitionGame, mask: int) -> None:
         self.done += 1
-        self.bar.update(self.weight.get((id(game), mask), 1.0))
+        step = self.weight.get((id(game), mask), 1.0)
+        self.bar.update(min(step, max(0.0, self.bar.total - self.bar.n)))  # float sums: never past the total
         self._show()
 
     def set_postfix_str(self, text: str, refresh: bool = True) -> None:
