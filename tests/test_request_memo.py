@@ -22,6 +22,7 @@ from crl_envs.runner import RequestMemo, request_key, run_coalitions, run_episod
 from crl_envs.valuation import coalition
 from crl_envs.valuation.cost import distinct_calls
 from crl_envs.valuation.executors import MAX_LOCKSTEP_EPISODES, ProcessExecutor, lockstep_groups
+from crl_envs.valuation.game import _run_weights
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=24)
 SAMPLED = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=24)
@@ -174,7 +175,7 @@ def test_distinct_call_estimate_within_5_percent(zoo):
     protocols whose shared requests do not depend on how often the models agree (on 4 questions the
     agreement is too noisy for 5%); benchmarks/valuation_memo.py compares all twelve on 30 questions."""
     task = tasks.load("arith", n=4, seed=6, **agents.zoo.TASK_OPTIONS)
-    made = estimate = 0.0
+    made = estimate = bar = 0.0
     for protocol in ("vote", "routing"):
         coalition.MEMO.clear()
         before = coalition.MEMO.generated
@@ -182,7 +183,11 @@ def test_distinct_call_estimate_within_5_percent(zoo):
         made += coalition.MEMO.generated - before
         runs = [(protocol, {}, m) for m in range(1, 32)] + [("vote", {}, 1 << i) for i in range(5)]
         estimate += distinct_calls(runs, zoo.names, len(task))
+        game = valuation.CoalitionGame(protocol, zoo, task, cache_dir=False, progress=False)
+        alone = [] if protocol == "vote" else [(valuation.individual_game(game), 1 << i) for i in range(5)]
+        bar += sum(_run_weights(alone + [(game, m) for m in range(1, 32)]).values())  # evaluate's progress bar
     assert abs(estimate - made) <= 0.05 * made, (estimate, made)
+    assert bar == pytest.approx(estimate)
 
 
 def test_distinct_calls_rejects_bad_runs():
