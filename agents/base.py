@@ -124,6 +124,14 @@ class Agent(abc.ABC):
     """
 
     name: str = "agent"
+    #: True when a generation is a function of :attr:`fingerprint`, the request's messages and its
+    #: sampling settings (seed included) alone: the same whatever the batch, the process or the
+    #: request's metadata. Only such agents are memoised (:class:`crl_envs.runner.RequestMemo`
+    #: generates each distinct request once). A backend sets it when it guarantees it and a test
+    #: proves it (HFAgent: per-request generators, batch-invariant decoding; LlamaCppAgent: fixed
+    #: evaluation chunks); vLLM's batched kernels, remote servers and scripted agents (``respond``
+    #: may read metadata or keep state) leave it False.
+    deterministic: bool = False
     #: The spec string this agent was built from (set by :func:`agents.from_spec`), so that other
     #: processes (e.g. Ray workers in valuation) can rebuild it instead of receiving its weights.
     spec: str | None = None

@@ -158,6 +158,8 @@ class HFAgent(TokenizerPrompts, Agent):
         'The answer is 68.'
     """
 
+    deterministic = True  # per-request generators; batch-invariant (tests/test_hf_agent.py)
+
     #: options of ``hf:<model>?key=value`` specs (keyword arguments of the constructor)
     SPEC_OPTIONS: dict[str, type | tuple[type, ...]] = {
         "dtype": str, "device": str, "batch_size": int, "name": str, "trust_remote_code": bool,

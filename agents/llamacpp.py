@@ -127,6 +127,8 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
         '2 + 3 = 5'
     """
 
+    deterministic = True  # one request at a time, fixed evaluation chunks (tests/test_llamacpp.py)
+
     #: options of ``llamacpp:<file.gguf>?key=value`` specs (keyword arguments of the constructor)
     SPEC_OPTIONS: dict[str, type | tuple[type, ...]] = {
         "name": str, "n_ctx": int, "n_threads": int, "prefix_cache": bool,

@@ -209,6 +209,12 @@ class OpenAIAgent(Agent):
         return body
 
     def _generate(self, requests: list[Request]) -> list[Generation]:
+        # the optional on-disk cache (off by default): agents/generation_cache.py
+        from agents.generation_cache import cached_generate
+
+        return cached_generate(self, requests, self._generate_now, self.payload)
+
+    def _generate_now(self, requests: list[Request]) -> list[Generation]:
         coroutine = self._generate_all(requests)
         try:
             asyncio.get_running_loop()

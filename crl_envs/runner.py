@@ -1,6 +1,14 @@
 """The one rollout path: many env instances in lockstep, one batched call per Agent per phase.
 
-Valuation, the trainers, the CLI and the examples all play episodes through :func:`run_episodes`.
+Valuation, the trainers, the CLI and the examples all play episodes through :func:`run_episodes`
+(one coalition) or :func:`run_coalitions` (several coalitions' episodes in lockstep, so a pool's
+models see one batch of every coalition's requests per phase).
+
+A :class:`RequestMemo` (valuation passes one) generates each distinct request once: coalitions
+play the same questions with the same per-request seeds, so a model asked the same messages with the
+same sampling and seed in two coalitions gives the same answer. Only agents that declare
+``Agent.deterministic`` (their answer depends on the fingerprint, the messages and the sampling
+alone, whatever the batch) are memoised.
 """
 
 from __future__ import annotations
@@ -8,7 +16,7 @@ from __future__ import annotations
 import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -24,18 +32,26 @@ from crl_envs.tasks import Example, Task
 
 @dataclass
 class Usage:
-    """What one agent spent: generation calls it answered, tokens, and wall seconds (its share of batches)."""
+    """What one agent spent: generation calls it answered, tokens, and wall seconds (its share of batches).
+
+    ``calls``, the token counts and ``seconds`` are what the system costs as deployed (every answer
+    counted, reused or not); ``generated_calls`` and ``generated_tokens`` count what this run
+    actually generated: less when a :class:`RequestMemo` reused answers of identical requests."""
 
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    generated_calls: int = 0
+    generated_tokens: int = 0
 
     def add(self, other: Usage) -> None:
         self.calls += other.calls
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.seconds += other.seconds
+        self.generated_calls += other.generated_calls
+        self.generated_tokens += other.generated_tokens
 
     @property
     def total_tokens(self) -> int:
@@ -94,6 +110,78 @@ def total_usage(episodes: Sequence[Episode]) -> dict[str, Usage]:
     return out
 
 
+class RequestMemo:
+    """Generations of distinct requests, each generated once and reused (a copy) for every identical request.
+
+    The key of a request to ``model`` is a digest of ``model.fingerprint`` (weights, backend,
+    settings), the exact messages and every sampling field (seed and stop strings included). Only
+    agents whose class sets ``Agent.deterministic`` are memoised: their generation is a function of
+    that key (the same in any batch). Others (vLLM, whose batched kernels are not batch-invariant;
+    OpenAI-compatible servers, whose seeds are best effort; scripted agents, whose ``respond`` may
+    keep state) are always generated.
+
+    Args:
+        max_entries: the most generations kept (the oldest are dropped first).
+
+    Counts: ``requests`` (memoisable requests seen), ``generated`` (of those, generated), ``reused``.
+    """
+
+    def __init__(self, max_entries: int = 200_000):
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise ValueError(f"RequestMemo max_entries must be an int >= 1, got {max_entries!r}")
+        self.max_entries = max_entries
+        self._store: dict[str, Generation] = {}
+        self.requests = 0
+        self.generated = 0
+
+    @property
+    def reused(self) -> int:
+        return self.requests - self.generated
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    @staticmethod
+    def key(fingerprint: str, request: Request) -> str:
+        """The memo key of ``request`` to the agent with ``fingerprint``."""
+        return request_key(fingerprint, request)
+
+    def get(self, key: str) -> Generation | None:
+        """A copy of the generation stored under ``key`` (None when absent)."""
+        gen = self._store.get(key)
+        return None if gen is None else _copy_generation(gen)
+
+    def put(self, key: str, gen: Generation) -> None:
+        """Keep a copy of ``gen`` under ``key``."""
+        self._store[key] = _copy_generation(gen)
+        while len(self._store) > self.max_entries:
+            del self._store[next(iter(self._store))]
+
+    def clear(self) -> None:
+        self._store.clear()
+
+    def __repr__(self) -> str:
+        return f"RequestMemo({len(self)} generations, {self.requests} requests, {self.generated} generated)"
+
+
+def request_key(fingerprint: str, request: Request) -> str:
+    """A digest of everything that sets a deterministic agent's answer: its fingerprint, the messages
+    (roles and contents, in order) and every sampling field."""
+    import hashlib
+    import json
+
+    payload = json.dumps([fingerprint, request.messages, asdict(request.sampling)], sort_keys=True,
+                         ensure_ascii=False)
+    return hashlib.blake2b(payload.encode(), digest_size=16).hexdigest()
+
+
+def _copy_generation(gen: Generation) -> Generation:
+    """A copy whose lists are not shared (a caller may edit an episode's token ids)."""
+    return replace(gen, token_ids=None if gen.token_ids is None else list(gen.token_ids),
+                   logprobs=None if gen.logprobs is None else list(gen.logprobs),
+                   prompt_token_ids=None if gen.prompt_token_ids is None else list(gen.prompt_token_ids))
+
+
 def run_episodes(
     protocol: ProtocolFactory | str,
     pool: Pool | Sequence[Agent | str] | str,
@@ -109,6 +197,7 @@ def run_episodes(
     examples: Sequence[int | str] | None = None,
     options: Mapping[str, Any] | None = None,
     record: Sequence[str] | None = None,
+    memo: RequestMemo | None = None,
 ) -> list[Episode]:
     """Play every (example, sample) pair of ``task`` under ``protocol``, in lockstep.
 
@@ -127,9 +216,47 @@ def run_episodes(
         options: keyword arguments for the protocol factory (e.g. ``{"rounds": 3}``); checked against
             the protocol's valid options before anything runs.
         record: agent ids whose token ids and log-probs are kept (default: the overridden ones).
+        memo: a :class:`RequestMemo`: each distinct request of a deterministic agent generated once
+            (results identical; ``Usage.generated_calls`` counts what ran).
 
     Returns:
         Episodes ordered by example, then sample.
+    """
+    return run_coalitions(protocol, pool, task, [coalition], samples=samples, seed=seed, policies=policies,
+                          batch_size=batch_size, progress=progress, sampling=sampling, examples=examples,
+                          options=options, record=record, memo=memo)[0]
+
+
+def run_coalitions(
+    protocol: ProtocolFactory | str,
+    pool: Pool | Sequence[Agent | str] | str,
+    task: Task | str,
+    coalitions: Sequence[Sequence[str | int] | None],
+    *,
+    samples: int = 1,
+    seed: int = 0,
+    policies: Mapping[str, Agent | str] | None = None,
+    batch_size: int | None = None,
+    progress: bool = True,
+    sampling: SamplingParams | Mapping[str, SamplingParams] | None = None,
+    examples: Sequence[int | str] | None = None,
+    options: Mapping[str, Any] | None = None,
+    record: Sequence[str] | None = None,
+    memo: RequestMemo | None = None,
+) -> list[list[Episode]]:
+    """:func:`run_episodes` for several coalitions at once: every coalition's episodes play in lockstep,
+    one batched call per agent per phase across all of them. Each coalition's episodes are exactly
+    those :func:`run_episodes` plays for it alone (request seeds never depend on the coalition).
+
+    Args:
+        coalitions: the coalitions (each a list of members, or None for everyone).
+        Others: as in :func:`run_episodes`.
+
+    Returns:
+        One list of episodes per coalition, each ordered by example, then sample.
+
+    Raises:
+        TypeError, ValueError: a malformed argument, before any model is built or token generated.
     """
     # every argument is checked before a model is built or a token generated
     factory = protocols.get(protocol)
@@ -143,6 +270,10 @@ def run_episodes(
     _check_sampling(sampling)
     if policies is not None and not isinstance(policies, Mapping):
         raise TypeError(f"policies must be a dict agent id -> Agent or spec string, got {type(policies).__name__}")
+    if memo is not None and not isinstance(memo, RequestMemo):
+        raise TypeError(f"memo must be a crl_envs.runner.RequestMemo or None, got {type(memo).__name__}")
+    if isinstance(coalitions, (str, bytes)) or not isinstance(coalitions, Sequence):
+        raise TypeError(f"coalitions must be a list of coalitions (each a list of members or None), got {coalitions!r}")
     pool = pool if isinstance(pool, Pool) else make_pool(pool)
     task = task if isinstance(task, Task) else task_registry.load(task)
     unknown = set(policies or {}) - set(pool.ids)
@@ -155,13 +286,15 @@ def run_episodes(
     envs: list[ProtocolEnv] = []
     keys: list[tuple[Example, int]] = []
     obs_infos = []
-    for ex in chosen:
-        for s in range(samples):
-            env = factory(pool, task, **options)
-            _, infos = env.reset(seed=stable_hash(seed, ex.id, s) % (2**32), options={"coalition": coalition, "example": ex})
-            envs.append(env)
-            keys.append((ex, s))
-            obs_infos.append(infos)
+    for coalition in coalitions:
+        for ex in chosen:
+            for s in range(samples):
+                env = factory(pool, task, **options)
+                _, infos = env.reset(seed=stable_hash(seed, ex.id, s) % (2**32),
+                                     options={"coalition": coalition, "example": ex})
+                envs.append(env)
+                keys.append((ex, s))
+                obs_infos.append(infos)
     protocol_name = envs[0].metadata["name"] if envs else getattr(factory, "__name__", str(protocol))
     if envs and isinstance(sampling, Mapping):
         stray = set(sampling) - set(envs[0].possible_agents)
@@ -172,10 +305,11 @@ def run_episodes(
     transcripts: list[list[TurnRecord]] = [[] for _ in envs]
     usages: list[dict[str, Usage]] = [{} for _ in envs]
     live = list(range(len(envs)))
+    fingerprints: dict[int, str] = {}  # per model, once per call (an HF fingerprint hashes the weights)
     # The bar counts generated tokens, after every model's batched call: in lockstep every episode
     # ends in the last phase, so a count of finished episodes would sit at 0 and then jump to the end.
-    bar = tqdm(desc=f"{protocol_name}, {len(envs)} episodes", unit="tok", unit_scale=True, disable=not progress,
-               leave=False)
+    what = f"{len(envs)} episodes" + (f" of {len(coalitions)} coalitions" if len(coalitions) > 1 else "")
+    bar = tqdm(desc=f"{protocol_name}, {what}", unit="tok", unit_scale=True, disable=not progress, leave=False)
     finished = 0
     while live:
         phase_names = sorted({obs_infos[i][a]["phase"] for i in live for a in obs_infos[i] if obs_infos[i][a].get("active")})
@@ -188,11 +322,13 @@ def run_episodes(
                 envs[i], obs_infos[i], keys[i][0], keys[i][1], seed=seed, policies=policies, sampling=sampling
             )
         ]
-        gens = generate_grouped([(model, req) for _, _, model, req in items], batch_size=batch_size,
-                                on_batch=lambda done: bar.update(sum(g.completion_tokens for g in done)))
+        gens, fresh = _generate(
+            [(model, req) for _, _, model, req in items], batch_size=batch_size,
+            on_batch=lambda done: bar.update(sum(g.completion_tokens for g in done)), memo=memo,
+            fingerprints=fingerprints)
         actions: dict[int, dict[str, str]] = {i: {} for i in live}
         finish_reasons: dict[int, dict[str, str]] = {i: {} for i in live}
-        for (i, agent_id, model, req), gen in zip(items, gens):
+        for (i, agent_id, model, req), gen, new in zip(items, gens, fresh):
             actions[i][agent_id] = gen.text
             finish_reasons[i][agent_id] = gen.finish_reason
             env = envs[i]
@@ -212,7 +348,8 @@ def run_episodes(
                 )
             )
             u = usages[i].setdefault(agent_id, Usage())
-            u.add(Usage(1, gen.prompt_tokens, gen.completion_tokens, gen.seconds))
+            u.add(Usage(1, gen.prompt_tokens, gen.completion_tokens, gen.seconds, int(new),
+                        gen.completion_tokens if new else 0))
         # 3. step every live instance
         still = []
         for i in live:
@@ -246,7 +383,8 @@ def run_episodes(
                 seed=seed,
             )
         )
-    return episodes
+    per = len(chosen) * samples
+    return [episodes[k * per : (k + 1) * per] for k in range(len(coalitions))]
 
 
 def phase_requests(
@@ -284,14 +422,51 @@ def generate_grouped(
     *,
     batch_size: int | None = None,
     on_batch: Callable[[list[Generation]], None] | None = None,
+    memo: RequestMemo | None = None,
 ) -> list[Generation]:
     """One generation per ``(model, request)``, in order, with one batched ``generate`` per model
     (split into ``batch_size`` chunks if given). ``Generation.seconds`` is each request's share;
-    ``on_batch`` (e.g. a progress bar) sees each batch's generations as soon as they are done."""
-    groups: dict[int, tuple[Agent, list[int]]] = {}
-    for k, (model, _) in enumerate(items):
-        groups.setdefault(id(model), (model, []))[1].append(k)
+    ``on_batch`` (e.g. a progress bar) sees each batch's generations as soon as they are done.
+    With a ``memo``, a deterministic agent's request identical to one already answered (in the memo
+    or earlier in ``items``) is not generated again: it gets a copy of that answer."""
+    return _generate(items, batch_size=batch_size, on_batch=on_batch, memo=memo)[0]
+
+
+def _generate(
+    items: Sequence[tuple[Agent, Request]],
+    *,
+    batch_size: int | None = None,
+    on_batch: Callable[[list[Generation]], None] | None = None,
+    memo: RequestMemo | None = None,
+    fingerprints: dict[int, str] | None = None,
+) -> tuple[list[Generation], list[bool]]:
+    """:func:`generate_grouped`, and for each item whether it was generated (False: reused from ``memo``)."""
     out: list[Generation | None] = [None] * len(items)
+    fresh = [True] * len(items)
+    keys: list[str | None] = [None] * len(items)
+    todo: list[int] = []
+    first: dict[str, int] = {}  # key -> the position that generates it
+    made: dict[str, Generation] = {}  # key -> its generation in this call
+    fingerprints = {} if fingerprints is None else fingerprints
+    for k, (model, request) in enumerate(items):
+        if memo is None or not getattr(model, "deterministic", False):
+            todo.append(k)
+            continue
+        if id(model) not in fingerprints:
+            fingerprints[id(model)] = model.fingerprint
+        key = keys[k] = memo.key(fingerprints[id(model)], request)
+        memo.requests += 1
+        hit = memo.get(key)
+        if hit is not None or key in first:
+            fresh[k] = False
+            out[k] = hit
+            continue
+        first[key] = k
+        todo.append(k)
+    groups: dict[int, tuple[Agent, list[int]]] = {}
+    for k in todo:
+        model = items[k][0]
+        groups.setdefault(id(model), (model, []))[1].append(k)
     for model, positions in groups.values():
         step = batch_size or len(positions)
         for start in range(0, len(positions), step):
@@ -301,18 +476,26 @@ def generate_grouped(
             try:
                 gens = model.generate(requests)
             except Exception as e:
-                first = requests[0].metadata
+                first_meta = requests[0].metadata
                 raise RuntimeError(
-                    f"agent {first.get('agent_id')} ({model.name}) failed on a batch of {len(requests)} requests "
-                    f"(first example {getattr(first.get('example'), 'id', None)!r}, phase {first.get('phase')!r}): {e}"
+                    f"agent {first_meta.get('agent_id')} ({model.name}) failed on a batch of {len(requests)} requests "
+                    f"(first example {getattr(first_meta.get('example'), 'id', None)!r}, phase "
+                    f"{first_meta.get('phase')!r}): {e}"
                 ) from e
             share = (time.perf_counter() - t0) / len(requests)
             for k, g in zip(chunk, gens):
                 g.seconds = share
                 out[k] = g
+                if keys[k] is not None:
+                    made[keys[k]] = g  # type: ignore[index]
+                    memo.put(keys[k], g)  # type: ignore[union-attr]
+                    memo.generated += 1  # type: ignore[union-attr]
             if on_batch is not None:
                 on_batch(list(gens))
-    return out  # type: ignore[return-value]
+    for k in range(len(items)):
+        if out[k] is None:  # an identical request earlier in this call
+            out[k] = _copy_generation(made[keys[k]])  # type: ignore[index]
+    return out, fresh  # type: ignore[return-value]
 
 
 def _select_examples(task: Task, examples: Sequence[int | str] | None) -> list[Example]:

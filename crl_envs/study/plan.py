@@ -172,11 +172,12 @@ def _refuse_large(cell: Cell, estimator: str, runs: float) -> None:
 
 def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
     """The cells with ``cost`` filled: ``runs`` (coalition runs, or trainer fits), ``episodes``, ``calls``
-    (model calls) and ``tokens`` (an upper bound on generated tokens: calls x max_new_tokens).
+    (model calls that will run: distinct requests, :func:`crl_envs.valuation.cost.distinct_calls`) and ``tokens`` (an upper bound on generated tokens: calls x max_new_tokens).
     Valuation coalitions shared between cells (the same members at the same positions, protocol, task and
     seed) are counted once, where they first appear, as the coalition cache will play them once."""
+    from crl_envs.valuation.cost import distinct_calls, memoised_models
+
     seen: set[str] = set()
-    calls_memo: dict[tuple, float] = {}
     out = []
     for cell in plan:
         s = cell.spec
@@ -205,6 +206,7 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
             masks = _masks(estimator, n, s["budget"], s["seed"])
             common = [s["protocol"], s["task"], s["samples"], s["seed"], s["sampling"]]
             jobs = [("protocol", m) for m in masks] + [("alone", 1 << i) for i in range(n)]
+            played_runs = []
             for what, m in jobs:
                 members = [i for i in range(n) if m >> i & 1]
                 pool_desc = s["pool"] if isinstance(s["pool"], str) else None
@@ -215,12 +217,12 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
                     continue
                 seen.add(key)
                 proto, opts = ("vote", {}) if what == "alone" else (s["protocol"]["protocol"], s["protocol"]["options"])
-                memo = (proto, digest(opts), n, m)
-                if memo not in calls_memo:
-                    calls_memo[memo] = _calls(proto, opts, names, members)
+                played_runs.append((proto, opts, m))
                 runs += 1
                 episodes += questions * s["samples"]
-                calls += calls_memo[memo] * questions * s["samples"]
+            # the request memo generates each distinct request of the cell's runs once
+            calls = distinct_calls(played_runs, names, questions, s["samples"],
+                                   memoised=memoised_models(s["pool"], n)) if played_runs else 0.0
             tokens = calls * s["sampling"]["max_new_tokens"]
         else:
             names = _names(s["pool"])

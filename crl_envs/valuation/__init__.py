@@ -105,6 +105,7 @@ def evaluate(
     ci_level: float = 0.95,
     bootstrap_resamples: int = 2000,
     executor: Executor | str = "local",
+    memo: bool = True,
 ) -> ValuationReport:
     """Value every model of ``pool`` inside ``protocol`` on ``task``.
 
@@ -125,6 +126,9 @@ def evaluate(
         executor: where coalition runs execute: ``"local"`` (this process, one after another),
             ``"ray"`` (each coalition a Ray task on the running or a new local cluster), or
             ``RayExecutor("head:6379")``. Same numbers, same cache.
+        memo: generate each distinct request once (coalitions share the same questions and per-request
+            seeds, so a model asked the same thing in two coalitions answers the same); the results are
+            identical with ``memo=False``, which generates every request (for comparisons).
 
     Every option is checked before the first run. Individual strength costs n one-member ``vote``
     runs (cached like any coalition; for ``protocol="vote"`` they are the same runs as its one-member
@@ -166,7 +170,7 @@ def evaluate(
         raise ValueError(f"progress must be True or False, got {progress!r}")
     executor = resolve_executor(executor)
     game = CoalitionGame(protocol, pool, task, samples=samples, seed=seed, sampling=sampling, options=options,
-                         cache_dir=cache_dir, progress=progress, executor=executor)
+                         cache_dir=cache_dir, progress=progress, executor=executor, memo=memo)
     n = game.n
     if estimator == "exact":
         estimators._check_exact(n)  # fail before any run

@@ -5,7 +5,13 @@ coalition and the protocol's options, rarely on what the models say (a cascade s
 confident answer). :func:`calls_per_episode` plays one question with every agent replaced by a
 :class:`agents.ScriptedAgent` of the same name and id, and counts the calls: milliseconds, no model
 loaded. Progress bars weight each run by it (so the ETA does not jump when cheap one-model runs come
-before 5-model debates), and ``crl-envs study --dry-run`` sizes a study with it.
+before 5-model debates).
+
+:func:`distinct_calls` counts the calls a valuation really makes: coalitions share requests (the
+same model, messages, sampling and seed) and the request memo generates each once. It plays every
+run of the plan with stand-ins that agree on the answer as often as real models do (:data:`AGREEMENT`:
+agreeing models send their peers the same prompts) through one memo, on a few questions, and scales
+by questions and samples. ``crl-envs study --dry-run`` and ``valuation.evaluate``'s progress bar use it.
 """
 
 from __future__ import annotations
@@ -13,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents import Agent, Pool, SamplingParams, ScriptedAgent
-from crl_envs.runner import ProtocolFactory, run_episodes, total_usage
+from agents import Agent, Pool, SamplingParams, ScriptedAgent, stable_hash
+from crl_envs import protocols
+from crl_envs.runner import ProtocolFactory, RequestMemo, run_coalitions, run_episodes, total_usage
 from crl_envs.tasks import Task
 
 
@@ -22,13 +29,41 @@ def _stand_in(name: str) -> ScriptedAgent:
     return ScriptedAgent(name, lambda example, messages: "The answer is 0. Confidence: 9")
 
 
-def _replace_agents(value: Any) -> Any:
+#: The chance that a model's answer is the question's reference (then its text is the same as every
+#: other such model's), for :func:`distinct_calls`' stand-ins. Models that agree send their peers the
+#: same prompts, so agreement decides how many later-phase requests coalitions share. Measured on the
+#: zoo: 0.55 puts the estimate of the 12-protocol valuation within a few percent of the calls made.
+AGREEMENT = 0.55
+#: Questions the stand-ins of :func:`distinct_calls` play (their counts are scaled to the real number).
+STAND_IN_QUESTIONS = 16
+
+
+class _AgreeingStandIn(ScriptedAgent):
+    """A stand-in right (the reference answer, confident) with chance ``agreement`` per prompt, else
+    its own wrong answer; memoisable: its answer is a function of its fingerprint and the prompt."""
+
+    deterministic = True
+
+    def __init__(self, name: str, slot: str, agreement: float, memoised: bool = True):
+        self.deterministic = memoised
+
+        def respond(example: Any, messages: list) -> str:
+            h = stable_hash(slot, name, messages[-1]["content"])
+            if h % 10_000 < agreement * 10_000:
+                return f"The answer is {example.answer}. Confidence: 9"
+            return f"The answer is {stable_hash(slot, name, example.id) % 997}. Confidence: 9"
+
+        super().__init__(name, respond)
+        self._fingerprint = f"stand-in:{slot}:{name}:{agreement}"
+
+
+def _replace_agents(value: Any, make: Any = _stand_in) -> Any:
     if isinstance(value, Agent):
-        return _stand_in(value.name)
+        return make(value.name)
     if isinstance(value, Mapping):
-        return {k: _replace_agents(v) for k, v in value.items()}
+        return {k: _replace_agents(v, make) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_replace_agents(v) for v in value)
+        return type(value)(_replace_agents(v, make) for v in value)
     return value
 
 
@@ -41,3 +76,90 @@ def calls_per_episode(factory: ProtocolFactory, names: Sequence[str], task: Task
                             sampling=SamplingParams(temperature=0.0, max_new_tokens=1),
                             options=_replace_agents(dict(options or {})), progress=False)
     return float(sum(u.calls for u in total_usage(episodes).values()) / max(1, len(episodes)))
+
+
+Run = tuple[ProtocolFactory | str, Mapping[str, Any], int]
+
+
+def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, samples: int = 1,
+                   agreement: float = AGREEMENT, memoised: bool | Sequence[bool] = True) -> float:
+    """Model calls that the coalition runs ``runs`` make with the request memo: distinct requests,
+    each generated once across all of them.
+
+    Stand-ins play every run through one memo on :data:`STAND_IN_QUESTIONS` arith questions (a
+    protocol's requests do not depend on the task), and the count is scaled to ``questions`` x
+    ``samples`` (request seeds differ per question and sample, so no request is shared across them).
+    An estimate: how many later-phase requests coalitions share depends on how often the models
+    give the same answer (``agreement``).
+
+    Args:
+        runs: ``(protocol, options, coalition mask)`` of every run (masks over ``names``' order; e.g.
+            a valuation's coalitions and the ``("vote", {}, 1 << i)`` runs of each model alone).
+        names: the pool's model names, in order.
+        questions, samples: questions per run and episodes per question.
+        agreement: the chance a model answers with the reference (see :data:`AGREEMENT`).
+        memoised: whether each model (or all) is memoised (``Agent.deterministic``); the requests
+            of the others are all counted. Role agents (a judge) count as memoised.
+
+    Raises:
+        ValueError: a mask outside the pool or a run that is not ``(protocol, options, mask)``.
+    """
+    from crl_envs import tasks as task_registry
+
+    flags = [memoised] * len(names) if isinstance(memoised, bool) else list(memoised)
+    if len(flags) != len(names):
+        raise ValueError(f"memoised names {len(flags)} models for a pool of {len(names)}")
+    pool = Pool([_AgreeingStandIn(name, f"model_{i}", agreement, flags[i]) for i, name in enumerate(names)])
+    full = (1 << len(pool)) - 1
+    memo = RequestMemo()
+    groups: dict[tuple, tuple[ProtocolFactory, dict[str, Any], list[list[str]]]] = {}
+    for run in runs:
+        if not (isinstance(run, tuple) and len(run) == 3):
+            raise ValueError(f"each run must be (protocol, options, coalition mask), got {run!r}")
+        protocol, options, mask = run
+        if isinstance(mask, bool) or not isinstance(mask, int) or not 0 < mask <= full:
+            raise ValueError(f"coalition mask {mask!r} out of range for a pool of {len(pool)} (1..{full})")
+        factory = protocols.get(protocol)
+        key = (factory, repr(sorted((options or {}).items(), key=lambda kv: kv[0])))
+        if key not in groups:
+            role = _replace_agents(dict(options or {}), lambda n: _AgreeingStandIn(n, "role", agreement))
+            groups[key] = (factory, role, [])
+        groups[key][2].append([pool.ids[i] for i in range(len(pool)) if mask >> i & 1])
+    # without a memoised model every request counts, whatever the answers: one question suffices
+    played_questions = STAND_IN_QUESTIONS if any(flags) else 1
+    key = (repr([(f"{f.__module__}.{f.__qualname__}", o, c) for (f, _), (_, o, c) in groups.items()]),
+           tuple(names), tuple(flags), agreement, played_questions)
+    if key not in _COUNTS:
+        task = task_registry.load("arith", n=played_questions, seed=0)
+        _COUNTS[key] = _count(groups.values(), pool, task, memo) / played_questions
+    return _COUNTS[key] * questions * samples
+
+
+#: distinct_calls' counts per question, by everything they depend on (a study's cells share them)
+_COUNTS: dict[tuple, float] = {}
+
+
+def _count(groups: Any, pool: Pool, task: Task, memo: RequestMemo) -> int:
+    """Requests generated when the stand-ins play every group ``(factory, options, coalitions)``."""
+    generated = 0
+    for factory, options, coalitions in groups:
+        played = run_coalitions(factory, pool, task, coalitions, options=options, memo=memo, progress=False,
+                                sampling=SamplingParams(temperature=0.0, max_new_tokens=1))
+        generated += sum(u.generated_calls for episodes in played for u in total_usage(episodes).values())
+    return generated
+
+
+def memoised_models(pool: Any, n: int) -> list[bool]:
+    """Whether each model of a study's pool description is memoised, without building it: a named
+    pool or spec string whose backend sets ``Agent.deterministic`` (HF, the zoo, llama.cpp); scripted
+    experts (dicts), ``vllm:`` and ``openai:`` models are not. ``n`` is the pool's size."""
+    def one(entry: Any) -> bool:
+        if not isinstance(entry, str):
+            return False
+        if "vllm" in entry:
+            return False
+        backend = entry.split(":", 1)[0]
+        return backend in ("hf", "zoo", "llamacpp", "pretrained", "pretrained-llamacpp") or (
+            ":" not in entry and entry.startswith("zoo"))
+
+    return [one(pool)] * n if isinstance(pool, str) else [one(m) for m in pool]

@@ -2,11 +2,14 @@
 
 An executor runs two kinds of work with the same machinery:
 
-- **coalitions** (:meth:`Executor.run`): each ``(game, mask)`` is played with
-  :func:`crl_envs.valuation.coalition.coalition_scores` and its scores handed back to the driver, which
-  stores them in the game's on-disk cache (one atomic write per coalition). So every executor gives the
-  local path's numbers bit for bit, and a killed driver, rerun, plays only the coalitions that never
-  finished;
+- **coalitions** (:meth:`Executor.run`): a game's coalitions are played in lockstep groups
+  (:func:`lockstep_groups`: all of them locally, up to :data:`MAX_LOCKSTEP_EPISODES` episodes at a
+  time; ``coalitions_per_task`` per task on worker processes and Ray) with
+  :func:`crl_envs.valuation.coalition.coalitions_scores`, one batched call per agent per phase across
+  the group, each distinct request generated once (the process's request memo), and each coalition's
+  scores handed back to the driver, which stores them in the game's on-disk cache (one atomic write per
+  coalition). A coalition's scores do not depend on its group, so every executor gives the local
+  path's numbers bit for bit, and a killed driver, rerun, plays only the coalitions that never finished;
 - **any picklable call** (:meth:`Executor.map`): ``fn(payload)`` for each payload, each result handed
   to ``done(index, result)`` as it arrives (the study runs its cells this way).
 
@@ -49,7 +52,7 @@ import cloudpickle  # a gymnasium dependency
 import numpy as np
 
 from agents import Agent, Pool
-from crl_envs.valuation.coalition import CoalitionRun, coalition_scores
+from crl_envs.valuation.coalition import CoalitionRun, coalitions_scores
 
 EXECUTORS = ("local", "processes", "ray")
 INSTALL_HINT = "pip install 'crl-envs[ray]'"
@@ -62,11 +65,35 @@ class CoalitionJob(Protocol):
 
 
 Done = Callable[[Any, int, np.ndarray], Any]
+#: The most episodes one lockstep group of coalitions plays at once (bounds memory and the work a
+#: killed local run loses).
+MAX_LOCKSTEP_EPISODES = 4096
+
+
+def lockstep_groups(jobs: Sequence[tuple[CoalitionJob, int]], specs: Mapping[int, CoalitionRun],
+                    per_group: int | None) -> list[tuple[int, list[int]]]:
+    """``jobs`` as ``(id(game), [job indices])`` groups played in lockstep: one game per group, at most
+    ``per_group`` coalitions (None: no limit) and :data:`MAX_LOCKSTEP_EPISODES` episodes, in job order."""
+    groups: list[tuple[int, list[int]]] = []
+    open_group: dict[int, list[int]] = {}
+    for j, (game, _) in enumerate(jobs):
+        spec = specs[id(game)]
+        episodes = max(1, len(spec.example_ids) * spec.samples)
+        limit = max(1, min(per_group or len(jobs), MAX_LOCKSTEP_EPISODES // episodes))
+        group = open_group.get(id(game))
+        if group is None or len(group) >= limit:
+            group = open_group[id(game)] = []
+            groups.append((id(game), group))
+        group.append(j)
+    return groups
 
 
 class Executor(abc.ABC):
     """Plays coalition runs and reports each result to ``done(game, mask, scores)`` as it arrives;
     runs any picklable ``fn(payload)`` with :meth:`map`."""
+
+    #: coalitions played in lockstep by one task (None: as many as :data:`MAX_LOCKSTEP_EPISODES` allows)
+    coalitions_per_task: int | None = None
 
     @abc.abstractmethod
     def start(self) -> None:
@@ -82,13 +109,24 @@ class Executor(abc.ABC):
         specs: dict[int, CoalitionRun] = {}
         for game, _ in jobs:
             specs.setdefault(id(game), game.run_spec())
-        self.map(_play_coalition, [(specs[id(game)], mask) for game, mask in jobs],
-                 lambda i, scores: done(jobs[i][0], jobs[i][1], scores), bar=bar)
+        self._run_groups(jobs, specs, specs, _play_coalitions, done, bar)
+
+    def _run_groups(self, jobs: Sequence[tuple[CoalitionJob, int]], specs: Mapping[int, CoalitionRun],
+                    payloads: Mapping[int, Any], fn: Callable[[Any], Any], done: Done, bar: Any) -> None:
+        """Map ``fn`` over the lockstep groups of ``jobs`` (payload: the game's shipped run and the
+        group's masks); ``done`` per coalition as each group's scores arrive."""
+        groups = lockstep_groups(jobs, specs, self.coalitions_per_task)
+
+        def finished(g: int, scores: list[np.ndarray]) -> None:
+            for j, s in zip(groups[g][1], scores):
+                done(jobs[j][0], jobs[j][1], s)
+
+        self.map(fn, [(payloads[key], [jobs[j][1] for j in members]) for key, members in groups], finished, bar=bar)
 
 
-def _play_coalition(payload: tuple[CoalitionRun, int]) -> np.ndarray:
-    run, mask = payload
-    return coalition_scores(run, mask)
+def _play_coalitions(payload: tuple[CoalitionRun, list[int]]) -> list[np.ndarray]:
+    run, masks = payload
+    return coalitions_scores(run, masks)
 
 
 class LocalExecutor(Executor):
@@ -118,6 +156,13 @@ def resolve_executor(executor: Executor | str | None) -> Executor:
         return executor
     raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)} or pass an Executor "
                      "(e.g. crl_envs.valuation.RayExecutor('head-node:6379'))")
+
+
+def _check_per_task(owner: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner} coalitions_per_task must be an int >= 1 (coalitions one task plays in lockstep), "
+                         f"got {value!r}")
+    return value
 
 
 def _unexpected(owner: str, unexpected: Mapping[str, Any], known: Sequence[str]) -> None:
@@ -151,15 +196,15 @@ def _portable_run(run: CoalitionRun, put: Callable[[Any], Any], refs: dict[int, 
     return replace(run, pool=_ship(list(run.pool.values()), put, refs), options=_ship(run.options, put, refs))
 
 
-def _play_shipped(payload: tuple[CoalitionRun, int]) -> np.ndarray:
-    """On a worker: rebuild the run's pool and options (reusing agents this process holds), play the mask."""
-    portable, mask = payload
+def _play_shipped(payload: tuple[CoalitionRun, list[int]]) -> list[np.ndarray]:
+    """On a worker: rebuild the run's pool and options (reusing agents this process holds), play the masks."""
+    portable, masks = payload
     if not isinstance(portable, CoalitionRun):  # a Ray object-store ref nested in the payload
         import ray
 
         portable = ray.get(portable)
     run = replace(portable, pool=Pool(_resolve(portable.pool)), options=_resolve(portable.options))
-    return coalition_scores(run, mask)
+    return coalitions_scores(run, masks)
 
 
 def _unpickled_call(blob: bytes) -> Any:
@@ -174,13 +219,16 @@ class ProcessExecutor(Executor):
 
     Args:
         workers: how many processes run at once.
+        coalitions_per_task: coalitions one task plays in lockstep (more: bigger batches, fewer
+            repeated requests; fewer: finer-grained results and load balance).
     """
 
-    def __init__(self, workers: int | None = None, **unexpected: Any):
-        _unexpected("ProcessExecutor", unexpected, ["workers"])
+    def __init__(self, workers: int | None = None, *, coalitions_per_task: int = 1, **unexpected: Any):
+        _unexpected("ProcessExecutor", unexpected, ["workers", "coalitions_per_task"])
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"ProcessExecutor workers must be an int >= 1 (processes at once), got {workers!r}")
         self.workers = workers or os.cpu_count() or 1
+        self.coalitions_per_task = _check_per_task("ProcessExecutor", coalitions_per_task)
 
     def start(self) -> None:
         """Processes start with the first :meth:`map`."""
@@ -207,11 +255,12 @@ class ProcessExecutor(Executor):
     def run(self, jobs, done, bar=None) -> None:
         refs: dict[int, _ObjectAgent] = {}
         specs: dict[int, CoalitionRun] = {}
+        shipped: dict[int, CoalitionRun] = {}
         for game, _ in jobs:
             if id(game) not in specs:
-                specs[id(game)] = _portable_run(game.run_spec(), lambda agent: agent, refs)
-        self.map(_play_shipped, [(specs[id(game)], mask) for game, mask in jobs],
-                 lambda i, scores: done(jobs[i][0], jobs[i][1], scores), bar=bar)
+                specs[id(game)] = game.run_spec()
+                shipped[id(game)] = _portable_run(specs[id(game)], lambda agent: agent, refs)
+        self._run_groups(jobs, specs, shipped, _play_shipped, done, bar)
 
     def __repr__(self) -> str:
         return f"ProcessExecutor(workers={self.workers})"
@@ -355,16 +404,19 @@ class RayExecutor(Executor):
         max_retries: how often a task whose worker died is retried before the run fails.
         connect_timeout: seconds to wait for the address to answer before failing.
         init_options: extra keyword arguments of ``ray.init`` (e.g. ``runtime_env``) when this executor connects.
+        coalitions_per_task: coalitions one task plays in lockstep (more: bigger batches, fewer
+            repeated requests; fewer: finer-grained results, retries and load balance).
 
     Requires the ``ray`` extra: ``pip install 'crl-envs[ray]'``. Workers must be able to import
     ``crl_envs`` and ``agents`` (installed on every node, or shipped with ``runtime_env``).
     """
 
-    ARGUMENTS = ("address", "num_cpus", "num_gpus", "max_retries", "connect_timeout", "init_options")
+    ARGUMENTS = ("address", "num_cpus", "num_gpus", "max_retries", "connect_timeout", "init_options",
+                 "coalitions_per_task")
 
     def __init__(self, address: str | None = None, *, num_cpus: float = 1, num_gpus: float = 0,
                  max_retries: int = 3, connect_timeout: float = 3.0, init_options: Mapping[str, Any] | None = None,
-                 **unexpected: Any):
+                 coalitions_per_task: int = 1, **unexpected: Any):
         _unexpected("RayExecutor", unexpected, self.ARGUMENTS)
         if address is not None and (not isinstance(address, str) or not address.strip()):
             raise ValueError(f"RayExecutor address must be a string such as 'head:6379' or 'ray://head:10001', "
@@ -381,6 +433,7 @@ class RayExecutor(Executor):
         self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
         self.max_retries, self.connect_timeout = max_retries, float(connect_timeout)
         self.init_options = dict(init_options or {})
+        self.coalitions_per_task = _check_per_task("RayExecutor", coalitions_per_task)
         self._remote: Any = None
         #: tasks submitted by the last :meth:`run` / :meth:`map` (retries not counted)
         self.submitted = 0
@@ -449,12 +502,13 @@ class RayExecutor(Executor):
         self.start()
         ray = import_ray()
         refs: dict[int, _ObjectAgent] = {}
+        specs: dict[int, CoalitionRun] = {}
         payloads: dict[int, Any] = {}
         for game, _ in jobs:
             if id(game) not in payloads:
-                payloads[id(game)] = ray.put(_portable_run(game.run_spec(), ray.put, refs))
-        self.map(_play_shipped, [(payloads[id(game)], mask) for game, mask in jobs],
-                 lambda i, scores: done(jobs[i][0], jobs[i][1], scores), bar=bar)
+                specs[id(game)] = game.run_spec()
+                payloads[id(game)] = ray.put(_portable_run(specs[id(game)], ray.put, refs))
+        self._run_groups(jobs, specs, payloads, _play_shipped, done, bar)
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in (("num_cpus", self.num_cpus), ("num_gpus", self.num_gpus))

@@ -25,7 +25,8 @@ so a killed run loses at most the coalitions in flight and a second run recomput
 Where runs execute is the game's ``executor``: :class:`~crl_envs.valuation.executors.LocalExecutor`
 (one after another, in this process; the default) or
 :class:`~crl_envs.valuation.executors.RayExecutor` (each coalition a Ray task). Both play a
-coalition through the same :func:`coalition_scores`, so they give the same numbers.
+coalition through the same :func:`~crl_envs.valuation.coalition.coalitions_scores` (several coalitions in lockstep, each distinct
+request generated once: :class:`crl_envs.runner.RequestMemo`), so they give the same numbers.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from crl_envs.valuation.coalition import (
     digest,
     members_of,
 )
-from crl_envs.valuation.cost import calls_per_episode
+from crl_envs.valuation.cost import calls_per_episode, distinct_calls
 from crl_envs.valuation.executors import Executor, resolve_executor
 
 CACHE_VERSION = 2
@@ -94,6 +95,9 @@ class CoalitionGame:
         progress: show a progress bar over coalitions.
         executor: where coalition runs execute: ``"local"`` (default), ``"ray"``, or an
             :class:`~crl_envs.valuation.executors.Executor` such as ``RayExecutor("head:6379")``.
+        memo: generate each distinct request of a deterministic agent once, across coalitions (and
+            games) played in this process (:data:`crl_envs.valuation.coalition.MEMO`). Results are
+            identical either way; ``False`` generates every request (for comparisons).
 
     ``evaluations`` counts the coalition runs this object actually executed (cache hits excluded).
     """
@@ -111,7 +115,11 @@ class CoalitionGame:
         cache_dir: str | os.PathLike | None | bool = None,
         progress: bool = True,
         executor: Executor | str = "local",
+        memo: bool = True,
     ):
+        if not isinstance(memo, bool):
+            raise ValueError(f"memo must be True or False, got {memo!r}")
+        self.memo = memo
         self.executor = resolve_executor(executor)
         self.factory = protocols.get(protocol)
         self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
@@ -268,7 +276,7 @@ class CoalitionGame:
     def run_spec(self) -> CoalitionRun:
         """What a coalition run needs besides the mask (what executors ship to their workers)."""
         return CoalitionRun(self.factory, self.pool, self.task, self.samples, self.seed, self.sampling,
-                            self.options, list(self.example_ids))
+                            self.options, list(self.example_ids), memo=self.memo)
 
     def _play(self, mask: int) -> np.ndarray:
         return coalition_scores(self.run_spec(), mask)
@@ -313,11 +321,36 @@ def play_coalitions(jobs: Sequence[tuple[CoalitionGame, Iterable[int]]]) -> list
     return todo
 
 
+def _run_weights(todo: Sequence[tuple[CoalitionGame, int]]) -> dict[tuple[int, int], float]:
+    """Each run's share of the model calls that will really run: the calls of all runs with the request
+    memo (:func:`~crl_envs.valuation.cost.distinct_calls`, over the runs of games sharing a pool, task
+    and samples), split over the runs in proportion to their calls without it (:meth:`CoalitionGame.cost`)."""
+    full = {(id(g), m): g.cost(m) * len(g.example_ids) * g.samples for g, m in todo}
+    shared: dict[tuple, list[tuple[CoalitionGame, int]]] = {}
+    for g, m in todo:
+        shared.setdefault((g.pool.fingerprint, g.task.fingerprint, tuple(g.example_ids), g.samples, g.seed,
+                           g.memo), []).append((g, m))
+    weights = {}
+    for runs in shared.values():
+        g0 = runs[0][0]
+        total = sum(full[id(g), m] for g, m in runs)
+        try:
+            actual = distinct_calls([(g.factory, g.options, m) for g, m in runs], g0.pool.names,
+                                    len(g0.example_ids), g0.samples,
+                                    memoised=[g0.memo and g0.pool[a].deterministic for a in g0.ids])
+        except Exception:  # a protocol the stand-ins cannot play: every call counted
+            actual = total
+        for g, m in runs:
+            weights[id(g), m] = full[id(g), m] * (actual / total if total else 1.0)
+    return weights
+
+
 class _RunBar:
     """A progress bar over coalition runs, labelled by what they are (``debate_v0: 31 coalitions + 5
-    models alone``) and advanced by each run's cost in model calls (:meth:`CoalitionGame.cost`), so its
-    ETA holds when cheap one-model runs finish first. ``set_postfix_str`` keeps the run count in front
-    of an executor's status."""
+    models alone``) and advanced by each run's share of the model calls that will really run
+    (:func:`_run_weights`: distinct requests, as the request memo generates each once), so its total
+    estimates the calls and its ETA holds when cheap one-model runs finish first. ``set_postfix_str``
+    keeps the run count in front of an executor's status."""
 
     def __init__(self, todo: Sequence[tuple[CoalitionGame, int]], disable: bool):
         self.total = len(todo)
@@ -330,7 +363,7 @@ class _RunBar:
             parts.append(f"{names}: {len(systems)} coalition{'s' * (len(systems) != 1)}")
         if alone:
             parts.append(f"{len(alone)} model{'s' * (len(alone) != 1)} alone")
-        self.weight = {(id(g), m): g.cost(m) for g, m in todo} if not disable else {}
+        self.weight = _run_weights(todo) if not disable else {}
         self.bar = tqdm(total=round(sum(self.weight.values()), 3) or self.total, desc=" + ".join(parts),
                         disable=disable, bar_format="{desc}: {percentage:3.0f}%|{bar}| est. model calls{postfix} [{elapsed}<{remaining}]")
         self.status = ""
@@ -342,7 +375,8 @@ class _RunBar:
 
     def finished(self, game: CoalitionGame, mask: int) -> None:
         self.done += 1
-        self.bar.update(self.weight.get((id(game), mask), 1.0))
+        step = self.weight.get((id(game), mask), 1.0)
+        self.bar.update(min(step, max(0.0, self.bar.total - self.bar.n)))  # float sums: never past the total
         self._show()
 
     def set_postfix_str(self, text: str, refresh: bool = True) -> None:
@@ -362,7 +396,7 @@ def individual_game(game: CoalitionGame) -> CoalitionGame:
     return CoalitionGame(
         INDIVIDUAL_PROTOCOL, game.pool, game.task, samples=game.samples, seed=game.seed,
         sampling=game.sampling, cache_dir=False if game.root is None else game.root,
-        progress=game.progress, executor=game.executor,
+        progress=game.progress, executor=game.executor, memo=game.memo,
     )
 
 
