@@ -106,8 +106,8 @@ def _add_play(p: argparse.ArgumentParser) -> None:
     add_task_arguments(p)
     p.add_argument("--pool", default="zoo", help="'zoo', 'scripted', 'pretrained', or comma-separated agent specs")
     p.add_argument("--backend", choices=PLAY_BACKENDS, default="auto",
-                   help="backend of --pool pretrained: hf, llamacpp, vllm; auto (default): vllm if installed, "
-                        "else llamacpp if installed, else hf (the fastest measured; README 'Which CPU backend')")
+                   help="backend of --pool pretrained: hf, llamacpp, vllm; auto (default): vllm if installed and --n is "
+                        "at least 150 (its engine loads pay back), else hf (docs/real-models.md)")
     p.add_argument("--n", type=int, default=3, help="number of questions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -126,17 +126,23 @@ PLAY_MAX_NEW_TOKENS = {"arith": 64, "gsm8k": 256, "mmlu": 64, "arc": 64, "gpqa":
 DEFAULT_MAX_NEW_TOKENS = 256
 
 
-def play_backend(choice: str) -> str:
-    """``--backend auto``: the backend that played ``crl-envs play --pool pretrained --task arith --n 3``
-    fastest here (README "Which CPU backend to pick"): vLLM when it is installed, else llama.cpp when
-    llama-cpp-python is, else HFAgent."""
+#: ``--backend auto`` picks vLLM from this many questions on: alone on 2 idle cores vLLM played a debate
+#: 1.85x faster than HFAgent (HFAgent 31 s for 24 questions, ~1.3 s each, so vLLM saves ~0.6 s a question)
+#: but its two engine loads took 93 of ``play --n 3``'s 109 s: the loads pay back from ~150 questions.
+VLLM_PAYS_FROM = 150
+
+
+def play_backend(choice: str, n_questions: int = 3) -> str:
+    """``--backend auto``: HFAgent, which loads in seconds, unless vLLM is installed and there are enough
+    questions (:data:`VLLM_PAYS_FROM`) for its engine loads to pay back (docs/real-models.md, "Which CPU
+    backend to pick"). llama.cpp is never picked: it is faster only one request at a time, and a
+    protocol batches (0.67-0.73x HFAgent in vote and debate)."""
     if choice != "auto":
         return choice
     import importlib.util
 
-    for backend, module in (("vllm", "vllm"), ("llamacpp", "llama_cpp")):
-        if importlib.util.find_spec(module) is not None:
-            return backend
+    if n_questions >= VLLM_PAYS_FROM and importlib.util.find_spec("vllm") is not None:
+        return "vllm"
     return "hf"
 
 
@@ -196,7 +202,7 @@ def _run_play(args: argparse.Namespace) -> int:
     task = tasks.load(args.task, n=args.n, seed=args.seed, **task_options(args))
     spec = args.pool
     if spec == "pretrained":
-        backend = play_backend(args.backend)
+        backend = play_backend(args.backend, args.n)
         spec = "pretrained" if backend == "hf" else f"pretrained-{backend}"
     elif args.backend != "auto":
         raise ValueError(f"--backend {args.backend} applies to --pool pretrained only; for other pools name the "

@@ -77,8 +77,11 @@ def test_play_stops_invented_speaker_turns_caps_answers_by_task_and_names_the_ba
     assert gen.text == "I think 7." and sampling.max_new_tokens == 64
     assert main(["play", "--pool", "scripted", "--backend", "vllm", "--n", "1"]) == 2
     assert "--backend vllm applies to --pool pretrained only" in capsys.readouterr().err
-    expected = "vllm" if importlib.util.find_spec("vllm") else "llamacpp" if importlib.util.find_spec("llama_cpp") else "hf"
-    assert play_backend("auto") == expected and play_backend("hf") == "hf"
+    from crl_envs.cli import VLLM_PAYS_FROM
+
+    many = "vllm" if importlib.util.find_spec("vllm") else "hf"  # vLLM's engine loads pay back on many questions
+    assert play_backend("auto", 3) == "hf" and play_backend("auto", VLLM_PAYS_FROM) == many
+    assert play_backend("hf") == "hf" and play_backend("llamacpp", 500) == "llamacpp"
 
 
 def test_a_hub_model_that_cannot_be_had_fails_at_once_naming_the_fix(monkeypatch):
