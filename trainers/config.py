@@ -14,6 +14,8 @@ from typing import Any
 
 #: Built-in advantage estimators that compare a rollout with its group (they need G >= 2).
 GROUP_ESTIMATORS = frozenset({"group_mean", "group_mean_std", "rloo", "shapley_credit"})
+#: How several learners take turns (``TrainerConfig.schedule``).
+SCHEDULES = ("joint", "round_robin")
 
 
 def _type_error(owner: str, name: str, value: Any, kind: str) -> TypeError:
@@ -91,6 +93,9 @@ class TrainerConfig:
         save_steps: checkpoint every this many steps (and at the end).
         tensorboard: also write TensorBoard events.
         progress: show progress bars.
+        schedule: with several learners, ``"joint"`` (every step updates all of them from the same
+            episodes) or ``"round_robin"`` (step t updates ``learners[t % k]``; the others play their
+            current policy greedily as partners). Ignored with one learner.
     """
 
     steps: int = 20
@@ -117,9 +122,12 @@ class TrainerConfig:
     save_steps: int = 10
     tensorboard: bool = True
     progress: bool = True
+    schedule: str = "joint"
 
     def __post_init__(self) -> None:
         name = type(self).__name__
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"{name}.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
         for field_name in ("steps", "questions_per_step", "num_generations", "max_new_tokens", "num_iterations",
                            "gradient_accumulation_steps", "save_steps"):
             _check_int(name, field_name, getattr(self, field_name), low=1)
