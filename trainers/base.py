@@ -298,7 +298,7 @@ def _check_trainable(learner: str, agent: Agent, *, lora: bool) -> None:
 
     if isinstance(agent, ScriptedAgent):
         raise TypeError(f"learner {learner!r} is a scripted agent ({agent.name!r}), which has no weights to train: "
-                        "pick a pool member that is a model (agents.HFAgent, spec 'hf:<path>')")
+                        "make the learner an agents.HFAgent (spec 'hf:<path>')")
     for attr in ("model", "tokenizer", "encode_prompt"):
         if not hasattr(agent, attr):
             _raise_untrainable(learner, f"a {type(agent).__name__} (no {attr!r})", lora=lora)
@@ -681,6 +681,18 @@ class PolicyGradientTrainer(abc.ABC):
             raise ValueError("evaluate() needs held-out questions: pass task= or give the trainer eval_task=")
         return evaluate_policy(self.protocol, self.pool, task, self.policies, max_new_tokens=self.config.max_new_tokens,
                                protocol_options=self.config.protocol_options, seed=self.config.seed)
+
+    def crossplay(self, task: Task | str | None = None, *, coalitions: Sequence[Sequence[str]] | None = None) -> Any:
+        """:func:`trainers.crossplay.crossplay` of the trained policies on held-out questions (default
+        ``eval_task``): each learner with its training partners and with partners it never trained with."""
+        from trainers.crossplay import crossplay
+
+        task = task_registry.load(task) if isinstance(task, str) else (task or self.eval_task)
+        if task is None:
+            raise ValueError("crossplay() needs held-out questions: pass task= or give the trainer eval_task=")
+        return crossplay(self.protocol, self.pool, task, self.policies, coalitions=coalitions,
+                         max_new_tokens=self.config.max_new_tokens, protocol_options=self.config.protocol_options,
+                         seed=self.config.seed)
 
     # ------------------------------------------------------------------ rollouts on another engine
     def _make_rollout_policy(self, rollout_policy: Agent | str | None, policy: Agent) -> Agent:
