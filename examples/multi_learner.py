@@ -69,7 +69,7 @@ def run(protocol: str, steps: int, seeds: list[int], n_eval: int, options: dict)
             policies = {j: trainer.policies.get(j, pool[j]) for j in ROOKIES}  # the untrained rookie where one learns
             after = trainers.evaluate_policy(protocol, pool, held_out, policies, max_new_tokens=24,
                                              protocol_options=options, seed=seed)
-            cross = trainer.crossplay(coalitions=coalitions)
+            cross = trainers.trainer_crossplay(trainer, coalitions=coalitions)
             state_bytes = sum(p.numel() * p.element_size() * 3 for pol in trainer.policies.values()
                               for p in pol.model.parameters() if p.requires_grad)  # weights + AdamW's two moments
             runs.append({"seed": seed, "after": after, "cross": cross, "seconds_per_step": seconds,

@@ -24,6 +24,7 @@ from trainers import (
     ShapleyCreditTrainer,
     crossplay,
     shapley_weight,
+    trainer_crossplay,
 )
 
 FAST = dict(steps=2, questions_per_step=2, num_generations=4, max_new_tokens=24, learning_rate=1e-3, progress=False,
@@ -219,7 +220,7 @@ def test_crossplay_of_untrained_policies_has_no_gain_and_matches_evaluate(pool, 
         assert len(r.unseen) == 1 + 2
     trainer = CRLTrainer("vote", pool, train, learners=ROOKIES, config=CRLConfig(**FAST), eval_task=held_out)
     trainer.fit(steps=1)
-    cross = trainer.crossplay()
+    cross = trainer_crossplay(trainer)
     assert cross.learners["model_1"].trained_with_accuracy == pytest.approx(trainer.evaluate().system_accuracy)
     everyone = cross.settings["model_0+model_1+model_2 | trained: model_1, model_2"]
     half = cross.settings["model_0+model_1+model_2 | trained: model_2"]

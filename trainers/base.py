@@ -682,18 +682,6 @@ class PolicyGradientTrainer(abc.ABC):
         return evaluate_policy(self.protocol, self.pool, task, self.policies, max_new_tokens=self.config.max_new_tokens,
                                protocol_options=self.config.protocol_options, seed=self.config.seed)
 
-    def crossplay(self, task: Task | str | None = None, *, coalitions: Sequence[Sequence[str]] | None = None) -> Any:
-        """:func:`trainers.crossplay.crossplay` of the trained policies on held-out questions (default
-        ``eval_task``): each learner with its training partners and with partners it never trained with."""
-        from trainers.crossplay import crossplay
-
-        task = task_registry.load(task) if isinstance(task, str) else (task or self.eval_task)
-        if task is None:
-            raise ValueError("crossplay() needs held-out questions: pass task= or give the trainer eval_task=")
-        return crossplay(self.protocol, self.pool, task, self.policies, coalitions=coalitions,
-                         max_new_tokens=self.config.max_new_tokens, protocol_options=self.config.protocol_options,
-                         seed=self.config.seed)
-
     # ------------------------------------------------------------------ rollouts on another engine
     def _make_rollout_policy(self, rollout_policy: Agent | str | None, policy: Agent) -> Agent:
         if rollout_policy is None:

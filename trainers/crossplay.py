@@ -14,7 +14,7 @@ bootstrap CI. A collaborator that only works with its training partners has a la
 Example:
     >>> trainer = trainers.CRLTrainer("debate", pool, train, learners=["model_3", "model_4"])  # doctest: +SKIP
     >>> trainer.fit()                                                                          # doctest: +SKIP
-    >>> print(trainer.crossplay(held_out))                                                     # doctest: +SKIP
+    >>> print(trainer_crossplay(trainer, held_out))                                            # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -167,3 +167,19 @@ def crossplay(protocol: Any, pool: Pool, task: Task, policies: Mapping[str, Agen
             gap=paired_bootstrap_ci(unseen_gain, home_gain, level=level, seed=seed),
         )
     return CrossPlay(ids, results, scores)
+
+
+def trainer_crossplay(trainer: Any, task: Task | None = None, *,
+                      coalitions: Sequence[Sequence[str]] | None = None) -> CrossPlay:
+    """:func:`crossplay` of a trained :class:`~trainers.PolicyGradientTrainer`'s policies, with its protocol,
+    pool (the untrained versions), decoding length, protocol options and seed, on ``task`` (default: its
+    ``eval_task``).
+
+    Raises:
+        ValueError: no held-out questions (neither ``task`` nor the trainer's ``eval_task``)."""
+    task = task if task is not None else trainer.eval_task
+    if task is None:
+        raise ValueError("trainer_crossplay() needs held-out questions: pass task= or give the trainer eval_task=")
+    cfg = trainer.config
+    return crossplay(trainer.protocol, trainer.pool, task, trainer.policies, coalitions=coalitions,
+                     max_new_tokens=cfg.max_new_tokens, protocol_options=cfg.protocol_options, seed=cfg.seed)
