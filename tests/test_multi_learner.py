@@ -65,7 +65,7 @@ def train():
 
 @pytest.fixture(scope="module")
 def held_out():
-    return tasks.load("arith", split="test", n=12, **agents.zoo.TASK_OPTIONS)
+    return tasks.load("arith", split="test", n=8, **agents.zoo.TASK_OPTIONS)
 
 
 def _abs_sum(agent) -> float:
