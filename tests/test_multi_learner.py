@@ -238,3 +238,17 @@ def test_rollouts_spy_sees_one_call_per_step_for_joint_crl(pool, train, monkeypa
     CRLTrainer("vote", pool, train, learners=ROOKIES, config=CRLConfig(**FAST)).fit()
     assert len(calls) == FAST["steps"] and all(sorted(c["record"]) == ROOKIES for c in calls)
     assert all(c["sampling"]["model_1"].temperature == 1.0 == c["sampling"]["model_2"].temperature for c in calls)
+
+
+def test_two_learners_with_lora_train_their_own_adapters(pool, train, tmp_path):
+    cfg = CRLConfig(**{**FAST, "steps": 1}, lora=LoraSettings(r=2, alpha=4), beta=0.1, output_dir=str(tmp_path))
+    trainer = CRLTrainer("vote", pool, train, learners=ROOKIES, config=cfg)
+    before = {j: trainer.trainable_state(j) for j in ROOKIES}
+    assert all(before[j] and all("lora_" in n for n in before[j]) for j in ROOKIES)
+    metrics = trainer.fit()[-1]
+    assert all(metrics[f"kl/{j}"] is not None for j in ROOKIES)
+    assert all(any(not torch.equal(before[j][n], w) for n, w in trainer.trainable_state(j).items()) for j in ROOKIES
+               if metrics[f"grad_norm/{j}"] > 0)
+    saved = torch.load(tmp_path / "checkpoint-000001" / "model_2" / "trainable.pt")
+    assert saved.keys() == before["model_2"].keys()
+    assert trainer.policies["model_1"].model is not trainer.policies["model_2"].model
