@@ -37,7 +37,8 @@ debate (2 rounds), 8 steps, seeds 0 1 2, 60 questions; system before 0.450:
 | round_robin | +3.9 [-6.7, +14.4] | -21.1 [-32.8, -10.0] | -21.1 [-31.7, -11.1] | -7.5 / -3.6 | 4.09 | 5.67 MB |
 
 What C-RL finds: each rookie gets worse alone (it learns to stop giving answers that outvote the
-specialists) and the system gains. One rookie learning this already gives the whole gain; with two, each
+specialists) and the system gains. In vote one rookie learning this already gives the whole gain (in
+debate no condition's gain excludes 0 at 8 steps); with two, each
 one's marginal gain with its trained partner is small (1-2 points in vote: the other already abstains),
 and the cross-play gap is negative: a trained rookie helps *more* with unseen partners (smaller
 coalitions, an untrained rookie beside it) than with the partners it trained with.
