@@ -7,6 +7,7 @@
   :class:`PolicyGradientTrainer` and override ``collect``.
 - :mod:`trainers.sb3` — discrete roles (a router) with stable-baselines3.
 - :mod:`trainers.trl` — C-RL at scale on TRL's ``GRPOTrainer`` (a rollout function; extra ``crl-envs[trl]``).
+- :func:`crossplay` / :func:`trainer_crossplay` — each trained learner with partners it trained with vs partners it never trained with.
 - :func:`compare` — before/after evaluations -> Δ accuracy with paired bootstrap CIs, printed in points.
 """
 
@@ -32,6 +33,7 @@ from trainers.config import (
     TrainerConfig,
 )
 from trainers.crl import CRLTrainer
+from trainers.crossplay import CrossPlay, LearnerCrossPlay, crossplay, trainer_crossplay
 from trainers.losses import LOSSES, LossInputs, clipped_token_loss, register_loss
 from trainers.rollout import LearnerSequence, learner_sequences, rollout_episodes, token_logprobs
 
@@ -45,5 +47,6 @@ __all__ = [
     "Trainer", "paired_bootstrap_ci", "PairedCI", "Improvement", "compare", "evaluate_policy", "GRPOTrainer", "LOORewardTrainer", "ShapleyCreditTrainer", "shapley_weight",
     "CRLConfig", "GRPOConfig", "LoraSettings", "LOORewardConfig", "ShapleyCreditConfig", "TrainerConfig",
     "CRLTrainer", "LOSSES", "LossInputs", "clipped_token_loss", "register_loss", "LearnerSequence",
-    "learner_sequences", "rollout_episodes", "token_logprobs", "TRAINERS", "ROSTER",
+    "learner_sequences", "rollout_episodes", "token_logprobs", "TRAINERS", "ROSTER", "CrossPlay", "LearnerCrossPlay",
+    "crossplay", "trainer_crossplay",
 ]

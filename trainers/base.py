@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -48,13 +48,23 @@ class Trainer(Protocol):
 @dataclass
 class RolloutBatch:
     """One step's rollouts. ``rewards[g, k]`` is the reward of episode ``episodes[index[g][k]]``;
-    ``context`` goes to the advantage estimator; ``rollouts`` counts every episode played."""
+    ``context`` goes to the advantage estimator; ``rollouts`` counts every episode played.
+
+    With several learners, ``per_learner[j]`` is learner ``j``'s own view where its credit differs
+    from the shared one (its LOO counterfactual, its Shapley coalitions): the groups it trains on
+    (``index`` into the same ``episodes``), their rewards and context. A learner absent from it
+    trains on the shared batch (C-RL: the system's outcome is every learner's credit)."""
 
     episodes: list[Episode]
     rewards: torch.Tensor
     index: list[list[int]]
     context: dict[str, torch.Tensor] = field(default_factory=dict)
     rollouts: int = 0
+    per_learner: dict[str, RolloutBatch] = field(default_factory=dict)
+
+    def of(self, learner: str) -> RolloutBatch:
+        """Learner ``learner``'s view: its entry in ``per_learner``, else this batch."""
+        return self.per_learner.get(learner, self)
 
 
 @dataclass
@@ -64,6 +74,8 @@ class EvalResult:
     example_ids: list[str]
     system: np.ndarray
     standalone: np.ndarray
+    #: several learners: each learner's standalone scores (``standalone`` is their per-question mean)
+    learners: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def system_accuracy(self) -> float:
@@ -74,7 +86,10 @@ class EvalResult:
         return float(np.mean(self.standalone))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"system": self.system_accuracy, "standalone": self.standalone_accuracy, "n": len(self.example_ids)}
+        out = {"system": self.system_accuracy, "standalone": self.standalone_accuracy, "n": len(self.example_ids)}
+        if self.learners:
+            out["learners"] = {j: float(np.mean(v)) for j, v in self.learners.items()}
+        return out
 
 
 class PairedCI(tuple):
@@ -131,15 +146,23 @@ class Improvement:
     after: EvalResult
     system: PairedCI
     standalone: PairedCI
+    #: several learners: each learner's own (standalone) change
+    learners: dict[str, PairedCI] = field(default_factory=dict)
 
     def __str__(self) -> str:
         b, a = self.before, self.after
-        return (f"system accuracy   {b.system_accuracy:.3f} -> {a.system_accuracy:.3f}: {self.system}\n"
-                f"learner alone     {b.standalone_accuracy:.3f} -> {a.standalone_accuracy:.3f}: {self.standalone}")
+        lines = [f"system accuracy   {b.system_accuracy:.3f} -> {a.system_accuracy:.3f}: {self.system}",
+                 f"learner alone     {b.standalone_accuracy:.3f} -> {a.standalone_accuracy:.3f}: {self.standalone}"]
+        lines += [f"{j} alone{' ' * max(1, 10 - len(j))}{np.mean(b.learners[j]):.3f} -> {np.mean(a.learners[j]):.3f}: {ci}"
+                  for j, ci in self.learners.items()]
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"before": self.before.to_dict(), "after": self.after.to_dict(),
-                "system_delta": list(self.system), "standalone_delta": list(self.standalone)}
+        out = {"before": self.before.to_dict(), "after": self.after.to_dict(),
+               "system_delta": list(self.system), "standalone_delta": list(self.standalone)}
+        if self.learners:
+            out["learner_deltas"] = {j: list(ci) for j, ci in self.learners.items()}
+        return out
 
 
 def compare(before: EvalResult, after: EvalResult, *, level: float = 0.95, seed: int = 0) -> Improvement:
@@ -148,8 +171,10 @@ def compare(before: EvalResult, after: EvalResult, *, level: float = 0.95, seed:
     if before.example_ids != after.example_ids:
         raise ValueError("compare() needs both evaluations on the same questions in the same order; "
                          "evaluate before and after training on the same eval_task")
+    learners = {j: paired_bootstrap_ci(before.learners[j], after.learners[j], level=level, seed=seed)
+                for j in before.learners if j in after.learners}
     return Improvement(before, after, paired_bootstrap_ci(before.system, after.system, level=level, seed=seed),
-                       paired_bootstrap_ci(before.standalone, after.standalone, level=level, seed=seed))
+                       paired_bootstrap_ci(before.standalone, after.standalone, level=level, seed=seed), learners)
 
 
 def merged_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -180,24 +205,32 @@ def merged_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def evaluate_policy(protocol: Any, pool: Pool, task: Task, learner: str, policy: Agent, *, max_new_tokens: int,
+def evaluate_policy(protocol: Any, pool: Pool, task: Task, learner: str | Mapping[str, Agent],
+                    policy: Agent | None = None, *, max_new_tokens: int,
                     protocol_options: dict[str, Any] | None = None, seed: int = 0) -> EvalResult:
     """System and standalone accuracy of ``policy`` playing ``learner`` on ``task`` (greedy, every agent).
+
+    Several learners: ``learner`` is a dict ``id -> policy`` (``policy`` unused); all play together, and
+    :attr:`EvalResult.learners` holds each one's standalone scores (``standalone`` is their mean).
 
     Standalone scores come from ``Episode.standalone`` where the protocol defines them, else from the
     learner answering alone (``vote_v0`` with the learner as the only member). Shared by every trainer,
     ours and TRL's (:mod:`trainers.trl`)."""
+    policies = dict(learner) if isinstance(learner, Mapping) else {learner: policy}
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     ids = [ex.id for ex in task]
     kwargs = dict(learner_sampling=greedy, partner_sampling=greedy, examples=ids, samples=1, seed=seed)
-    episodes = rollout_episodes(protocol, pool, task, learner, policy, options=protocol_options, **kwargs)
+    episodes = rollout_episodes(protocol, pool, task, policies, options=protocol_options, **kwargs)
     system = np.array([ep.score for ep in episodes])
-    if all(learner in ep.standalone for ep in episodes):
-        standalone = np.array([ep.standalone[learner] for ep in episodes])
-    else:
-        alone = rollout_episodes("vote", pool, task, learner, policy, coalition=[learner], **kwargs)
-        standalone = np.array([ep.score for ep in alone])
-    return EvalResult(ids, system, standalone)
+    own = {}
+    for j, p in policies.items():
+        if all(j in ep.standalone for ep in episodes):
+            own[j] = np.array([ep.standalone[j] for ep in episodes])
+        else:
+            alone = rollout_episodes("vote", pool, task, j, p, coalition=[j], **kwargs)
+            own[j] = np.array([ep.score for ep in alone])
+    standalone = next(iter(own.values())) if len(own) == 1 else np.mean(list(own.values()), axis=0)
+    return EvalResult(ids, system, standalone, own if len(own) > 1 else {})
 
 
 #: Config fields that do not change what training computes: a checkpoint written under other values resumes.
@@ -210,44 +243,154 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+#: Spec prefixes whose agents cannot be trained here (no transformers model behind them).
+_SERVED_BACKENDS = ("openai", "vllm", "llamacpp")
+
+
+def _learner_ids(learner: str | None, learners: Sequence[str] | None) -> list[str]:
+    """The trained ids from ``learner=`` / ``learners=``, checked (no pool needed)."""
+    if learners is None:
+        learner = "model_0" if learner is None else learner
+        if not isinstance(learner, str):
+            raise TypeError(f"learner must be an agent id such as 'model_1', got {learner!r}; "
+                            "for several pass learners=['model_1', 'model_3']")
+        return [learner]
+    if learner is not None:
+        raise ValueError(f"pass learner= (one) or learners= (several), not both; got learner={learner!r} and "
+                         f"learners={learners!r}")
+    if isinstance(learners, str) or not isinstance(learners, Sequence) or not all(isinstance(j, str) for j in learners):
+        raise TypeError(f"learners must be a list of agent ids such as ['model_1', 'model_3'], got {learners!r}")
+    if not learners:
+        raise ValueError("learners=[] trains nobody: list at least one agent id, e.g. learners=['model_1']")
+    for j in learners:
+        if list(learners).count(j) > 1:
+            raise ValueError(f"learners lists {j!r} twice: each pool member is one policy, list it once")
+    return list(learners)
+
+
+def _check_learner_specs(pool: Any, ids: list[str], *, lora: bool) -> None:
+    """Checks that need no model: with the pool given as agents / spec strings, a learner id past its end
+    and a learner on a served backend (``openai:``, ``vllm:``, ``llamacpp:``)."""
+    if isinstance(pool, (Pool, str)) or not isinstance(pool, Sequence):
+        return
+    members = list(pool)
+    if any(isinstance(m, str) and ":" not in m for m in members):
+        return  # a named pool inside: its size is known once built
+    roster = [f"model_{i}" for i in range(len(members))]
+    for j in ids:
+        if j not in roster:
+            raise ValueError(f"learner {j!r} is not in the pool; pool agents are {roster}")
+        spec = members[roster.index(j)]
+        if isinstance(spec, str) and spec.split(":", 1)[0] in _SERVED_BACKENDS:
+            _raise_untrainable(j, f"the {spec.split(':', 1)[0]} backend ({spec!r})", lora=lora)
+
+
+def _raise_untrainable(learner: str, what: str, *, lora: bool) -> None:
+    if lora:
+        raise ValueError(f"config.lora is set but learner {learner!r} is {what}: LoRA trains a transformers model; "
+                         f"make the learner 'hf:<path>' (rollout_policy='vllm' keeps rollouts on vLLM)")
+    raise TypeError(f"learner {learner!r} is {what}, which exposes no transformers model with token log-probs: "
+                    "make the learner an agents.HFAgent (spec 'hf:<path>')")
+
+
+def _check_trainable(learner: str, agent: Agent, *, lora: bool) -> None:
+    """``agent`` can be trained (an HF model and tokenizer), or one line says why not."""
+    from agents.scripted import ScriptedAgent
+
+    if isinstance(agent, ScriptedAgent):
+        raise TypeError(f"learner {learner!r} is a scripted agent ({agent.name!r}), which has no weights to train: "
+                        "make the learner an agents.HFAgent (spec 'hf:<path>')")
+    for attr in ("model", "tokenizer", "encode_prompt"):
+        if not hasattr(agent, attr):
+            _raise_untrainable(learner, f"a {type(agent).__name__} (no {attr!r})", lora=lora)
+
+
+def _per_learner(name: str, value: Any, ids: list[str], *, broadcast: tuple[Any, ...] = ()) -> dict[str, Any]:
+    """``policy=`` / ``rollout_policy=`` as learner id -> value (a dict for several learners)."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        unknown = set(value) - set(ids)
+        if unknown:
+            raise ValueError(f"{name} names {sorted(unknown)}, which are not learners; learners are {ids}")
+        return dict(value)
+    if len(ids) > 1 and not (isinstance(value, str) and value in broadcast):
+        raise TypeError(f"{name}= with several learners must be a dict learner id -> agent, got {value!r}")
+    return {j: value for j in ids}
+
+
+@dataclass
+class _LearnerState:
+    """What one learner owns: its policy, optimizer, KL reference and rollout engine."""
+
+    policy: Agent
+    optimizer: Any = None
+    reference: torch.nn.Module | None = None
+    rollout_policy: Agent | None = None
+    stale: bool = False  # the rollout engine lags the policy's weights
+    eos_token_id: int | None = None
+    device: Any = None
+
+
 class PolicyGradientTrainer(abc.ABC):
-    """Group-baseline policy-gradient training of one agent of ``pool`` inside ``protocol``.
+    """Group-baseline policy-gradient training of one or several agents of ``pool`` inside ``protocol``.
 
     Args:
         protocol: a protocol factory or name (``crl_envs.debate_v0``, ``"vote"``).
         pool: the models; ``pool[learner]`` must expose ``.model`` / ``.tokenizer`` (an
             :class:`agents.HFAgent`). It is deep-copied: the pool itself is never modified.
         task: training questions (a Task or a task name).
-        learner: the agent id trained (``"model_0"``, ...).
+        learner: the agent id trained (``"model_0"``, the default when ``learners`` is not given).
         config: the trainer's config dataclass (defaults if ``None``).
         eval_task: held-out questions for :meth:`evaluate` (default: ``task``'s test split when
             ``task`` is a name, else required at :meth:`evaluate`).
-        policy: start from this agent instead of a copy of ``pool[learner]``.
+        policy: start from this agent instead of a copy of ``pool[learner]`` (several learners: a dict
+            learner id -> agent, for any of them).
         rollout_policy: the learner's rollouts on another engine: an agent with ``load_weights``
             (:class:`agents.VLLMAgent` built on the learner's model, its own engine), or ``"vllm"``
             to build one on the learner's model directory. Gradients stay on the HF policy; before
             each step's rollouts the policy's current weights (LoRA merged) are loaded into it
             whenever they changed (:meth:`sync_rollout_policy`), so every rollout is on-policy.
             Partners play on whatever backend the pool gives them (``agents.pool("pretrained-vllm")``).
+            Several learners: ``"vllm"`` (one engine each) or a dict learner id -> agent.
+        learners: several pool members trained at once (``["model_3", "model_4"]``), each a trainable
+            policy in the same rollouts with its own credit, group baseline, optimizer and checkpoint
+            files; ``config.schedule`` says whether a step updates all of them (``"joint"``) or one in
+            turn (``"round_robin"``, the others playing greedily as partners). Only trainers whose
+            :attr:`multi_learner` is True accept more than one.
+
+    Raises:
+        ValueError / TypeError: one line, before any model is copied or loaded by the trainer, for a
+            learner not in the pool, one listed twice, ``learner`` and ``learners`` both given, a
+            learner that is not a transformers model (a scripted agent, a server), LoRA on a backend
+            that is not HF, or several learners on a trainer that trains one.
     """
 
     config_class: type[TrainerConfig] = TrainerConfig
+    #: Whether :meth:`collect` handles several learners (:attr:`training`); built-in: C-RL, LOO, Shapley.
+    multi_learner: bool = False
 
     def __init__(
         self,
         protocol: Any,
         pool: Pool | Sequence[Agent | str] | str,
         task: Task | str,
-        learner: str = "model_0",
+        learner: str | None = None,
         config: TrainerConfig | None = None,
         *,
         eval_task: Task | str | None = None,
-        policy: Agent | None = None,
-        rollout_policy: Agent | str | None = None,
+        policy: Agent | Mapping[str, Agent] | None = None,
+        rollout_policy: Agent | str | Mapping[str, Agent | str] | None = None,
+        learners: Sequence[str] | None = None,
     ):
         self.config = config if config is not None else self.config_class()
         if not isinstance(self.config, TrainerConfig):
             raise TypeError(f"config must be a {self.config_class.__name__}, got {type(self.config).__name__}")
+        ids = _learner_ids(learner, learners)
+        if len(ids) > 1 and not self.multi_learner:
+            raise ValueError(f"{type(self).__name__} trains one learner, got learners={ids}: use CRLTrainer, "
+                             "LOORewardTrainer or ShapleyCreditTrainer, or one trainer per learner")
+        _check_learner_specs(pool, ids, lora=self.config.lora is not None)
         self.protocol = protocols.get(protocol)
         self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
         if isinstance(task, str):
@@ -255,31 +398,23 @@ class PolicyGradientTrainer(abc.ABC):
             task = task_registry.load(task, split="train")
         self.task = task
         self.eval_task = task_registry.load(eval_task) if isinstance(eval_task, str) else eval_task
-        if learner not in self.pool.ids:
-            raise ValueError(f"learner {learner!r} is not in the pool; pool agents are {self.pool.ids}")
-        self.learner = learner
+        policies = _per_learner("policy", policy, ids)
+        for j in ids:
+            if j not in self.pool.ids:
+                raise ValueError(f"learner {j!r} is not in the pool; pool agents are {self.pool.ids}")
+            _check_trainable(j, policies.get(j, self.pool[j]), lora=self.config.lora is not None)
+        #: the trained agent ids, in the order given
+        self.learners: list[str] = ids
         get_loss(self.config.loss_type)  # fail early on unknown names
         if self.config.advantage not in ADVANTAGES:
             raise ValueError(f"unknown advantage estimator {self.config.advantage!r}; registered: {sorted(ADVANTAGES)}")
-        source = policy if policy is not None else self.pool[learner]
-        for attr in ("model", "tokenizer", "encode_prompt"):
-            if not hasattr(source, attr):
-                raise TypeError(
-                    f"learner {learner!r} is a {type(source).__name__}, which exposes no {attr!r}: training needs a "
-                    "transformers model with token log-probs; make the learner an agents.HFAgent (spec 'hf:<path>')"
-                )
+        rollout_policies = _per_learner("rollout_policy", rollout_policy, ids, broadcast=("vllm",))
         torch.manual_seed(self.config.seed)
-        self.policy = source if policy is not None else copy.deepcopy(source)
-        self.device = next(self.policy.model.parameters()).device
-        if self.config.lora is not None:
-            self._apply_lora()
-        self.reference = None
-        if self.config.beta > 0 and self.config.lora is None:
-            self.reference = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
-        params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError("the learner's model has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(params, lr=self.config.learning_rate, weight_decay=self.config.weight_decay)
+        self._states: dict[str, _LearnerState] = {}
+        for j in ids:
+            self._states[j] = self._make_state(j, policies.get(j))
+        #: learners updated by the step being collected (all under ``"joint"``, one under ``"round_robin"``)
+        self.training: list[str] = list(ids)
         self.step = 0
         self.rollouts = 0
         self.history: list[dict[str, Any]] = []
@@ -288,15 +423,61 @@ class PolicyGradientTrainer(abc.ABC):
                                                max_new_tokens=self.config.max_new_tokens)
         self.partner_sampling = SamplingParams(temperature=self.config.partner_temperature,
                                                max_new_tokens=self.config.max_new_tokens)
-        eos = self.policy.tokenizer.eos_token_id
-        #: The stop token trained at the end of every turn that stopped (``None``: not trained).
-        self.eos_token_id: int | None = eos if isinstance(eos, int) else None
         self.eval_sampling = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
-        #: the agent that plays the learner in rollouts (the HF policy itself unless ``rollout_policy``)
-        self.rollout_policy: Agent = self._make_rollout_policy(rollout_policy)
-        #: weight syncs into :attr:`rollout_policy` so far, and the last one's seconds
+        for j in ids:
+            self._states[j].rollout_policy = self._make_rollout_policy(rollout_policies.get(j), self._states[j].policy)
+        #: weight syncs into the rollout policies so far (all learners), and the last one's seconds
         self.weight_syncs, self.sync_seconds = 0, 0.0
-        self._rollout_weights_stale = False  # the engine was built on the weights the policy starts from
+
+    def _make_state(self, learner: str, policy: Agent | None) -> _LearnerState:
+        """Copy ``pool[learner]`` (or take ``policy``), add LoRA / the reference, build its optimizer."""
+        source = policy if policy is not None else self.pool[learner]
+        state = _LearnerState(policy=source if policy is not None else copy.deepcopy(source))
+        state.device = next(state.policy.model.parameters()).device
+        if self.config.lora is not None:
+            self._apply_lora(state.policy)
+        if self.config.beta > 0 and self.config.lora is None:
+            state.reference = copy.deepcopy(state.policy.model).eval().requires_grad_(False)
+        params = [p for p in state.policy.model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError(f"learner {learner!r}'s model has no trainable parameters")
+        state.optimizer = torch.optim.AdamW(params, lr=self.config.learning_rate, weight_decay=self.config.weight_decay)
+        eos = state.policy.tokenizer.eos_token_id
+        state.eos_token_id = eos if isinstance(eos, int) else None
+        return state
+
+    # ------------------------------------------------------------------ the learners
+    @property
+    def policies(self) -> dict[str, Agent]:
+        """Learner id -> its trained policy (an :class:`agents.Agent`), in :attr:`learners` order."""
+        return {j: s.policy for j, s in self._states.items()}
+
+    def _only(self, what: str) -> _LearnerState:
+        if len(self._states) != 1:
+            raise ValueError(f"{type(self).__name__} trains {len(self._states)} learners {self.learners}: "
+                             f"trainer.{what} names one; use trainer.policies[<id>] (or the per-learner methods)")
+        return next(iter(self._states.values()))
+
+    @property
+    def learner(self) -> str:
+        """The learner's id (one learner only; see :attr:`learners`)."""
+        self._only("learner")
+        return self.learners[0]
+
+    policy = property(lambda self: self._only("policy").policy, doc="The one learner's policy (see :attr:`policies`).")
+    optimizer = property(lambda self: self._only("optimizer").optimizer, doc="The one learner's optimizer.")
+    reference = property(lambda self: self._only("reference").reference, doc="The one learner's KL reference model.")
+    rollout_policy = property(lambda self: self._only("rollout_policy").rollout_policy,
+                              doc="The agent that plays the one learner in rollouts (the HF policy unless given).")
+    eos_token_id = property(lambda self: self._only("eos_token_id").eos_token_id,
+                            doc="The stop token trained at the end of every turn that stopped (None: not trained).")
+    device = property(lambda self: self._only("device").device, doc="The one learner's device.")
+
+    def learners_for(self, step: int) -> list[str]:
+        """The learners a step updates: all (``"joint"``) or ``learners[step % k]`` (``"round_robin"``)."""
+        if self.config.schedule == "round_robin":
+            return [self.learners[step % len(self.learners)]]
+        return list(self.learners)
 
     # ------------------------------------------------------------------ what a subclass defines
     @abc.abstractmethod
@@ -305,14 +486,17 @@ class PolicyGradientTrainer(abc.ABC):
 
     # ------------------------------------------------------------------ building blocks
     def play(self, examples: Sequence[str], seed: int, *, coalition: Sequence[str] | None = None,
-             protocol: Any = None, samples: int | None = None) -> list[Episode]:
-        """Rollouts with the current policy as the learner (G per example by default)."""
+             protocol: Any = None, samples: int | None = None, training: Sequence[str] | None = None) -> list[Episode]:
+        """Rollouts with the learners' current policies (G per example by default). The learners in
+        ``training`` (default :attr:`training`, those this step updates) sample with the learner's settings
+        and are recorded; any other learner plays its current policy with the partners' settings."""
         self.sync_rollout_policy()
+        training = self.training if training is None else [j for j in training if j in self._states]
         return rollout_episodes(
-            protocol or self.protocol, self.pool, self.task, self.learner, self.rollout_policy, examples=examples,
-            samples=samples or self.config.num_generations, seed=seed, learner_sampling=self.learner_sampling,
-            partner_sampling=self.partner_sampling, coalition=coalition,
-            options=self.config.protocol_options if protocol is None else None,
+            protocol or self.protocol, self.pool, self.task, {j: s.rollout_policy for j, s in self._states.items()},
+            examples=examples, samples=samples or self.config.num_generations, seed=seed,
+            learner_sampling=self.learner_sampling, partner_sampling=self.partner_sampling, coalition=coalition,
+            options=self.config.protocol_options if protocol is None else None, training=training,
         )
 
     def group(self, episodes: list[Episode], rewards: Sequence[float], groups: int) -> tuple[torch.Tensor, list[list[int]]]:
@@ -334,59 +518,79 @@ class PolicyGradientTrainer(abc.ABC):
         return stable_hash(self.config.seed, "rollout", step) % (2**31)
 
     # ------------------------------------------------------------------ one step
+    def advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        """Each learner of :attr:`training` -> its advantages ``[groups, G]``: ``config.advantage`` applied to
+        its own view of ``batch`` (:meth:`RolloutBatch.of`), so each learner's baseline is its own groups' mean."""
+        return {j: compute_advantages(self.config.advantage, batch.of(j).rewards, **batch.of(j).context)
+                for j in self.training}
+
     def train_step(self) -> dict[str, Any]:
-        """One optimizer step; returns its metrics."""
-        cfg = self.config
+        """One optimizer step of each learner :meth:`learners_for` names, all from the same episodes;
+        returns its metrics (several learners: per-learner ones suffixed ``/<id>``)."""
         t0 = time.perf_counter()
+        self.training = self.learners_for(self.step)
         batch = self.collect(self.questions_for(self.step), self.rollout_seed(self.step))
         rollout_seconds = time.perf_counter() - t0
         self.rollouts += batch.rollouts
-        advantages = compute_advantages(cfg.advantage, batch.rewards, **batch.context)
-        per_episode = [0.0] * len(batch.episodes)
-        for g, members in enumerate(batch.index):
-            for k, e in enumerate(members):
-                per_episode[e] = float(advantages[g, k])
-        sequences = learner_sequences(batch.episodes, self.learner, per_episode, eos_token_id=self.eos_token_id)
-        stats = self.optimise(sequences)
-        self._rollout_weights_stale = self.rollout_policy is not self.policy
+        advantages = self.advantages(batch)
+        own: dict[str, dict[str, Any]] = {}
+        for j in self.training:
+            view, state = batch.of(j), self._states[j]
+            per_episode = [0.0] * len(view.episodes)
+            for g, members in enumerate(view.index):
+                for k, e in enumerate(members):
+                    per_episode[e] = float(advantages[j][g, k])
+            sequences = learner_sequences(view.episodes, j, per_episode, eos_token_id=state.eos_token_id)
+            stats = self.optimise(sequences, j)
+            state.stale = state.rollout_policy is not state.policy
+            standalone = [ep.standalone[j] for ep in view.episodes if j in ep.standalone]
+            std = view.rewards.std(dim=1, unbiased=False)
+            own[j] = {
+                "standalone_score": float(np.mean(standalone)) if standalone else None,
+                "reward_mean": float(view.rewards.mean()),
+                "reward_std": float(std.mean()),
+                "zero_variance_groups": float((std == 0).double().mean()),
+                "advantage_abs_mean": float(advantages[j].abs().mean()),
+                **stats,
+            }
         seconds = time.perf_counter() - t0
         generated = sum(u.completion_tokens for ep in batch.episodes for u in ep.usage.values())
         system = [ep.score for ep in batch.episodes if set(ep.coalition) == set(self.pool.ids)]
-        standalone = [ep.standalone[self.learner] for ep in batch.episodes if self.learner in ep.standalone]
-        metrics = {
-            "step": self.step + 1,
-            "system_score": float(np.mean(system)) if system else None,
-            "standalone_score": float(np.mean(standalone)) if standalone else None,
-            "reward_mean": float(batch.rewards.mean()),
-            "reward_std": float(batch.rewards.std(dim=1, unbiased=False).mean()),
-            "zero_variance_groups": float((batch.rewards.std(dim=1, unbiased=False) == 0).double().mean()),
-            "advantage_abs_mean": float(advantages.abs().mean()),
-            **stats,
+        metrics: dict[str, Any] = {"step": self.step + 1, "system_score": float(np.mean(system)) if system else None}
+        if len(self.learners) == 1:
+            metrics.update(own[self.learners[0]])
+        else:
+            metrics["training"] = list(self.training)
+            for key in ("reward_mean", "zero_variance_groups"):
+                metrics[key] = float(np.mean([m[key] for m in own.values()]))
+            metrics.update({f"{key}/{j}": value for j, m in own.items() for key, value in m.items()})
+        metrics.update({
             "rollouts": self.rollouts,
             "tokens_per_second": generated / max(rollout_seconds, 1e-9),
             "rollout_seconds": rollout_seconds,
             "weight_syncs": self.weight_syncs,
             "seconds": seconds,
-        }
+        })
         self.step += 1
         return metrics
 
-    def optimise(self, sequences: list[LearnerSequence]) -> dict[str, float]:
-        """``num_iterations`` passes of clipped PG over the learner's sequences, each one optimizer
-        step built from ``gradient_accumulation_steps`` micro-batches. Sequences with advantage 0
-        add nothing to a PG loss and are not forwarded unless a KL term needs them (the
+    def optimise(self, sequences: list[LearnerSequence], learner: str | None = None) -> dict[str, float]:
+        """``num_iterations`` passes of clipped PG over ``learner``'s sequences (default: the one learner),
+        each one optimizer step built from ``gradient_accumulation_steps`` micro-batches. Sequences with
+        advantage 0 add nothing to a PG loss and are not forwarded unless a KL term needs them (the
         normalisation still counts them)."""
         cfg = self.config
+        state = self._only("optimise") if learner is None else self._states[learner]
         loss_fn = get_loss(cfg.loss_type)
         total_tokens = sum(len(s.completion_ids) for s in sequences)
         total_sequences = len(sequences)
         work = [s for s in sequences if s.advantage != 0.0 or cfg.beta > 0]
         sums = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0}
         forwarded = sum(len(s.completion_ids) for s in work)
-        model = self.policy.model
-        pad = self.policy.tokenizer.pad_token_id
+        model = state.policy.model
+        pad = state.policy.tokenizer.pad_token_id
         for _ in range(cfg.num_iterations):
-            self.optimizer.zero_grad(set_to_none=True)
+            state.optimizer.zero_grad(set_to_none=True)
             if not work:
                 break
             chunks = np.array_split(np.arange(len(work)), min(cfg.gradient_accumulation_steps, len(work)))
@@ -395,7 +599,7 @@ class PolicyGradientTrainer(abc.ABC):
                 prompts = [s.prompt_ids for s in part]
                 completions = [s.completion_ids for s in part]
                 logprobs, mask = token_logprobs(model, prompts, completions, temperature=cfg.temperature,
-                                                pad_id=pad, device=self.device)
+                                                pad_id=pad, device=state.device)
                 old = torch.zeros_like(logprobs)
                 for row, s in enumerate(part):
                     old[row, : len(s.logprobs)] = torch.tensor(s.logprobs)
@@ -404,7 +608,7 @@ class PolicyGradientTrainer(abc.ABC):
                     old = torch.where(unknown, logprobs.detach(), old)
                     for row, s in enumerate(part):
                         s.logprobs = old[row, : len(s.logprobs)].tolist()
-                ref = self._reference_logprobs(prompts, completions) if cfg.beta > 0 else None
+                ref = self._reference_logprobs(prompts, completions, state) if cfg.beta > 0 else None
                 inputs = LossInputs(
                     logprobs=logprobs, old_logprobs=old, advantages=torch.tensor([s.advantage for s in part]),
                     mask=mask, total_tokens=total_tokens, total_sequences=total_sequences, max_len=cfg.max_new_tokens,
@@ -417,8 +621,8 @@ class PolicyGradientTrainer(abc.ABC):
                     sums[key] += part_stats.get(key, 0.0)
             params = [p for p in model.parameters() if p.requires_grad]
             sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+            state.optimizer.step()
+        state.optimizer.zero_grad(set_to_none=True)
         passes = cfg.num_iterations
         return {
             "loss": sums["loss"] / passes,
@@ -430,15 +634,15 @@ class PolicyGradientTrainer(abc.ABC):
         }
 
     @torch.no_grad()
-    def _reference_logprobs(self, prompts, completions) -> torch.Tensor:
-        pad = self.policy.tokenizer.pad_token_id
-        if self.reference is not None:
-            lp, _ = token_logprobs(self.reference, prompts, completions, temperature=self.config.temperature,
-                                   pad_id=pad, device=self.device)
+    def _reference_logprobs(self, prompts, completions, state: _LearnerState) -> torch.Tensor:
+        pad = state.policy.tokenizer.pad_token_id
+        if state.reference is not None:
+            lp, _ = token_logprobs(state.reference, prompts, completions, temperature=self.config.temperature,
+                                   pad_id=pad, device=state.device)
             return lp
-        with self.policy.model.disable_adapter():  # LoRA: the base model is the reference
-            lp, _ = token_logprobs(self.policy.model, prompts, completions, temperature=self.config.temperature,
-                                   pad_id=pad, device=self.device)
+        with state.policy.model.disable_adapter():  # LoRA: the base model is the reference
+            lp, _ = token_logprobs(state.policy.model, prompts, completions, temperature=self.config.temperature,
+                                   pad_id=pad, device=state.device)
         return lp
 
     # ------------------------------------------------------------------ fit / evaluate
@@ -472,27 +676,26 @@ class PolicyGradientTrainer(abc.ABC):
         return self.history
 
     def evaluate(self, task: Task | str | None = None) -> EvalResult:
-        """System and standalone accuracy of the current policy on held-out questions (greedy); see
+        """System and standalone accuracy of the current policies on held-out questions (greedy); see
         :func:`evaluate_policy`."""
         task = task_registry.load(task) if isinstance(task, str) else (task or self.eval_task)
         if task is None:
             raise ValueError("evaluate() needs held-out questions: pass task= or give the trainer eval_task=")
-        return evaluate_policy(self.protocol, self.pool, task, self.learner, self.policy,
-                               max_new_tokens=self.config.max_new_tokens,
+        return evaluate_policy(self.protocol, self.pool, task, self.policies, max_new_tokens=self.config.max_new_tokens,
                                protocol_options=self.config.protocol_options, seed=self.config.seed)
 
     # ------------------------------------------------------------------ rollouts on another engine
-    def _make_rollout_policy(self, rollout_policy: Agent | str | None) -> Agent:
+    def _make_rollout_policy(self, rollout_policy: Agent | str | None, policy: Agent) -> Agent:
         if rollout_policy is None:
-            return self.policy
+            return policy
         if rollout_policy == "vllm":
             from agents.vllm import VLLMAgent
 
-            source = getattr(self.policy.model, "name_or_path", None) or self.policy.model.config._name_or_path
+            source = getattr(policy.model, "name_or_path", None) or policy.model.config._name_or_path
             if not source or not Path(source).is_dir():
                 raise ValueError(f"rollout_policy='vllm' needs the learner loaded from a model directory, got "
                                  f"{source!r}; pass rollout_policy=VLLMAgent(<directory>, share_engine=False)")
-            return VLLMAgent(source, name=self.policy.name, share_engine=False)
+            return VLLMAgent(source, name=policy.name, share_engine=False)
         if isinstance(rollout_policy, str):
             raise ValueError(f"rollout_policy must be an agent with load_weights or 'vllm', got {rollout_policy!r}")
         if not callable(getattr(rollout_policy, "load_weights", None)):
@@ -501,28 +704,31 @@ class PolicyGradientTrainer(abc.ABC):
         return rollout_policy
 
     def sync_rollout_policy(self, force: bool = False) -> bool:
-        """Load the policy's current weights (LoRA adapters merged in) into :attr:`rollout_policy` if they
-        changed since the last sync (or ``force``); True when weights were loaded."""
-        if self.rollout_policy is self.policy or not (self._rollout_weights_stale or force):
-            return False
-        t0 = time.perf_counter()
-        self.rollout_policy.load_weights(merged_weights(self.policy.model))
-        self.sync_seconds = time.perf_counter() - t0
-        self.weight_syncs += 1
-        self._rollout_weights_stale = False
-        return True
+        """Load each learner's current weights (LoRA adapters merged in) into its rollout policy if they
+        changed since the last sync (or ``force``); True when any weights were loaded."""
+        loaded = False
+        for state in self._states.values():
+            if state.rollout_policy is state.policy or not (state.stale or force):
+                continue
+            t0 = time.perf_counter()
+            state.rollout_policy.load_weights(merged_weights(state.policy.model))
+            self.sync_seconds = time.perf_counter() - t0
+            self.weight_syncs += 1
+            state.stale = False
+            loaded = True
+        return loaded
 
     # ------------------------------------------------------------------ LoRA
-    def _apply_lora(self) -> None:
+    def _apply_lora(self, policy: Agent) -> None:
         from peft import LoraConfig, get_peft_model
 
         lora = self.config.lora
-        model = self.policy.model
+        model = policy.model
         settings = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                               target_modules=list(lora.target_modules), task_type="CAUSAL_LM",
                               fan_in_fan_out=getattr(model.config, "model_type", "") == "gpt2")
-        self.policy.model = get_peft_model(model, settings)
-        self.policy.model.eval()  # no dropout: the recomputed log-probs must match the sampled ones
+        policy.model = get_peft_model(model, settings)
+        policy.model.eval()  # no dropout: the recomputed log-probs must match the sampled ones
 
     # ------------------------------------------------------------------ logging and checkpoints
     def log(self, metrics: dict[str, Any]) -> None:
@@ -541,12 +747,19 @@ class PolicyGradientTrainer(abc.ABC):
                                                      "config": self.config.to_dict()})
             self._writer.log_metrics({f"train/{k}": v for k, v in metrics.items() if k != "step"}, metrics["step"])
 
-    def trainable_state(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach().cpu().clone() for n, p in self.policy.model.named_parameters() if p.requires_grad}
+    def trainable_state(self, learner: str | None = None) -> dict[str, torch.Tensor]:
+        """The trainable tensors of ``learner`` (default: the one learner)."""
+        state = self._only("trainable_state") if learner is None else self._states[learner]
+        return {n: p.detach().cpu().clone() for n, p in state.policy.model.named_parameters() if p.requires_grad}
+
+    def _learner_dir(self, root: Path, learner: str) -> Path:
+        """Where ``learner``'s files go inside a checkpoint: the checkpoint itself for one learner, else ``<id>/``."""
+        return root if len(self.learners) == 1 else root / learner
 
     def save_checkpoint(self) -> Path:
         """Write ``output_dir/checkpoint-<step>`` atomically: trainable weights (the LoRA adapter
-        only, with LoRA), optimizer, step, rollouts, RNG state."""
+        only, with LoRA), optimizer, step, rollouts, RNG state. Several learners: each learner's weights
+        and optimizer in ``checkpoint-<step>/<id>/``."""
         if not self.config.output_dir:
             raise ValueError("save_checkpoint needs config.output_dir")
         root = Path(self.config.output_dir)
@@ -554,11 +767,14 @@ class PolicyGradientTrainer(abc.ABC):
         tmp = root / f".tmp-checkpoint-{self.step:06d}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        torch.save(self.trainable_state(), tmp / "trainable.pt")
-        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        for j, learner_state in self._states.items():
+            where = self._learner_dir(tmp, j)
+            where.mkdir(exist_ok=True)
+            torch.save(self.trainable_state(j), where / "trainable.pt")
+            torch.save(learner_state.optimizer.state_dict(), where / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
         state = {"step": self.step, "rollouts": self.rollouts, "config": _jsonable(self.config.to_dict()),
-                 "trainer": type(self).__name__, "learner": self.learner, "setup": self.setup()}
+                 "trainer": type(self).__name__, "learner": self._learner_key(), "setup": self.setup()}
         (tmp / "state.json").write_text(json.dumps(state, indent=1, default=str))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -572,7 +788,7 @@ class PolicyGradientTrainer(abc.ABC):
 
     def setup(self) -> dict[str, Any]:
         """What, besides the config, a checkpoint must share with this trainer to resume it."""
-        return {"trainer": type(self).__name__, "learner": self.learner,
+        return {"trainer": type(self).__name__, "learner": self._learner_key(),
                 "protocol": getattr(self.protocol, "__name__", str(self.protocol)),
                 "task": {"name": self.task.name, "n": len(self.task),
                          "ids": stable_hash(*[ex.id for ex in self.task]) % (2**61)},
@@ -580,14 +796,17 @@ class PolicyGradientTrainer(abc.ABC):
 
     def checkpoint_differences(self, state: dict[str, Any]) -> list[str]:
         """``field: saved -> current`` for every setting where the checkpoint's ``state`` differs from this trainer."""
-        saved_cfg = {k: v for k, v in state.get("config", {}).items() if k not in RESUMABLE_FIELDS}
+        defaults = _jsonable(type(self.config)().to_dict())
+        saved_cfg = {**{k: v for k, v in defaults.items() if k not in state.get("config", {})},  # fields added since
+                     **state.get("config", {})}
+        saved_cfg = {k: v for k, v in saved_cfg.items() if k not in RESUMABLE_FIELDS}
         current_cfg = {k: v for k, v in _jsonable(self.config.to_dict()).items() if k not in RESUMABLE_FIELDS}
         saved = {**{f"config.{k}": v for k, v in saved_cfg.items()}, **state.get("setup", {})}
         current = {**{f"config.{k}": v for k, v in current_cfg.items()},
                    **{k: v for k, v in _jsonable(self.setup()).items() if k in state.get("setup", {})}}
         if "setup" not in state:  # written before setups were stored: the trainer and learner were
             saved.update(trainer=state.get("trainer"), learner=state.get("learner"))
-            current.update(trainer=type(self).__name__, learner=self.learner)
+            current.update(trainer=type(self).__name__, learner=self._learner_key())
         return [f"{k}: {saved.get(k, '<unset>')!r} -> {current.get(k, '<unset>')!r}"
                 for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
 
@@ -606,14 +825,16 @@ class PolicyGradientTrainer(abc.ABC):
                 f"{path} was written with other settings ({'; '.join(differences)}); use a new output_dir, "
                 "or fit(resume=False) to start over there, or load_checkpoint(strict=False) to continue from it anyway"
             )
-        weights = torch.load(path / "trainable.pt", map_location=self.device)
-        missing = set(self.trainable_state()) - set(weights)
-        if missing:
-            raise RuntimeError(f"checkpoint {path} lacks {len(missing)} trainable tensors (e.g. {sorted(missing)[0]}); "
-                               "was it written with the same model and LoRA settings?")
-        self.policy.model.load_state_dict(weights, strict=False)
-        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device))
-        self._rollout_weights_stale = self.rollout_policy is not self.policy
+        for j, learner_state in self._states.items():
+            where = self._learner_dir(path, j)
+            weights = torch.load(where / "trainable.pt", map_location=learner_state.device)
+            missing = set(self.trainable_state(j)) - set(weights)
+            if missing:
+                raise RuntimeError(f"checkpoint {path} lacks {len(missing)} trainable tensors of {j} (e.g. "
+                                   f"{sorted(missing)[0]}); was it written with the same model and LoRA settings?")
+            learner_state.policy.model.load_state_dict(weights, strict=False)
+            learner_state.optimizer.load_state_dict(torch.load(where / "optimizer.pt", map_location=learner_state.device))
+            learner_state.stale = learner_state.rollout_policy is not learner_state.policy
         torch.set_rng_state(torch.load(path / "rng.pt")["torch"])
         self.step, self.rollouts = int(state["step"]), int(state["rollouts"])
         log = Path(self.config.output_dir or path.parent) / "metrics.jsonl"
@@ -641,8 +862,14 @@ class PolicyGradientTrainer(abc.ABC):
         self.history = []
 
     def save_model(self, path: str | Path) -> Path:
-        """The trained policy with ``save_pretrained`` (the adapter only, with LoRA) and its tokenizer."""
+        """The trained policy with ``save_pretrained`` (the adapter only, with LoRA) and its tokenizer;
+        several learners: each in ``path/<id>``."""
         path = Path(path)
-        self.policy.model.save_pretrained(path)
-        self.policy.tokenizer.save_pretrained(path)
+        for j, state in self._states.items():
+            state.policy.model.save_pretrained(self._learner_dir(path, j))
+            state.policy.tokenizer.save_pretrained(self._learner_dir(path, j))
         return path
+
+    def _learner_key(self) -> str | list[str]:
+        """The learner(s) as checkpoints record them: the id for one, the list for several."""
+        return self.learners[0] if len(self.learners) == 1 else list(self.learners)

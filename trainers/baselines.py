@@ -5,6 +5,13 @@
 | :class:`GRPOTrainer` | the learner's own correctness, answering alone (no system) | G (learner alone) |
 | :class:`LOORewardTrainer` | system score minus v(N \\ {i}) (the system without the learner) | G + ``counterfactual_samples`` |
 | :class:`ShapleyCreditTrainer` | Shapley-weighted outcomes of every coalition containing the learner | G x (coalitions) |
+
+Several learners (``learners=[...]``, k of the pool's n, ``schedule="joint"``), per question and step:
+C-RL plays G episodes (the system's outcome is every learner's credit: no extra rollouts);
+LOO plays G + k x ``counterfactual_samples`` (one coalition without each learner); Shapley plays
+G x (2^n - 2^(n-k)) exactly (every coalition containing at least one learner, each trains the learners in
+it) or G x k x ``coalitions_per_question`` sampled (each learner draws its own). GRPO trains one learner.
+Under ``"round_robin"`` a step costs what one learner's step costs.
 """
 
 from __future__ import annotations
@@ -41,20 +48,30 @@ class LOORewardTrainer(PolicyGradientTrainer):
 
     config_class = LOORewardConfig
 
+    multi_learner = True
+
     def collect(self, examples: list[str], seed: int) -> RolloutBatch:
         episodes = self.play(examples, seed)
         rewards, index = self.group(episodes, [ep.score for ep in episodes], len(examples))
-        others = [a for a in self.pool.ids if a != self.learner]
         played = len(episodes)
-        if others:
-            samples = self.config.counterfactual_samples
-            without = self.play(examples, seed, coalition=others, samples=samples)
-            played += len(without)
-            counterfactual = torch.tensor([ep.score for ep in without], dtype=torch.float64).reshape(len(examples), samples).mean(1)
-        else:
-            counterfactual = torch.full((len(examples),), float(self.protocol(self.pool, self.task).empty_value),
-                                        dtype=torch.float64)
-        return RolloutBatch(episodes, rewards, index, context={"counterfactual": counterfactual}, rollouts=played)
+        counterfactuals = {}
+        for j in self.training:
+            others = [a for a in self.pool.ids if a != j]
+            if others:
+                samples = self.config.counterfactual_samples
+                # the other learners play their current policy greedily there, like partners
+                without = self.play(examples, seed, coalition=others, samples=samples, training=[])
+                played += len(without)
+                counterfactuals[j] = torch.tensor([ep.score for ep in without],
+                                                  dtype=torch.float64).reshape(len(examples), samples).mean(1)
+            else:
+                counterfactuals[j] = torch.full((len(examples),), float(self.protocol(self.pool, self.task).empty_value),
+                                                dtype=torch.float64)
+        if len(self.training) == 1:
+            return RolloutBatch(episodes, rewards, index, context={"counterfactual": counterfactuals[self.training[0]]},
+                                rollouts=played)
+        views = {j: RolloutBatch(episodes, rewards, index, context={"counterfactual": c}) for j, c in counterfactuals.items()}
+        return RolloutBatch(episodes, rewards, index, rollouts=played, per_learner=views)
 
 
 def shapley_weight(size: int, n: int) -> float:
@@ -74,33 +91,59 @@ class ShapleyCreditTrainer(PolicyGradientTrainer):
 
     config_class = ShapleyCreditConfig
 
-    def coalitions(self, seed: int) -> list[tuple[list[str], float]]:
-        """(members, weight) pairs for one step; weights average 1."""
-        others = [a for a in self.pool.ids if a != self.learner]
+    multi_learner = True
+
+    def coalitions(self, seed: int, learner: str | None = None) -> list[tuple[list[str], float]]:
+        """(members, weight) pairs of ``learner`` (default: the one learner) for one step; weights average 1."""
+        learner = self.learner if learner is None else learner
+        others = [a for a in self.pool.ids if a != learner]
         n = len(self.pool)
         k = self.config.coalitions_per_question
         if k is None:
             every = [list(c) for size in range(len(others) + 1) for c in itertools.combinations(others, size)]
-            return [(self._ordered([self.learner, *c]), len(every) * shapley_weight(len(c) + 1, n)) for c in every]
-        rng = np.random.default_rng([self.config.seed, seed])
+            return [(self._ordered([learner, *c]), len(every) * shapley_weight(len(c) + 1, n)) for c in every]
+        position = self.learners.index(learner)
+        rng = np.random.default_rng([self.config.seed, seed, *([position] if position else [])])
         drawn = []
         for _ in range(k):
             size = int(rng.integers(0, n))  # partners: 0 .. n-1, uniformly (the Shapley distribution)
             partners = list(rng.choice(others, size=size, replace=False)) if size else []
-            drawn.append((self._ordered([self.learner, *partners]), 1.0))
+            drawn.append((self._ordered([learner, *partners]), 1.0))
         return drawn
 
     def _ordered(self, members: list[str]) -> list[str]:
         return [a for a in self.pool.ids if a in set(members)]
 
     def collect(self, examples: list[str], seed: int) -> RolloutBatch:
-        episodes, rewards, index, weights = [], [], [], []
-        for draw, (members, weight) in enumerate(self.coalitions(seed)):
-            played = self.play(examples, seed + draw, coalition=members)
+        """Exact: every coalition containing a learner of :attr:`training` is played once and trains the
+        learners in it. Sampled: each learner's own draws, played with only that learner sampling."""
+        plays: list[tuple[list[str], list[str], dict[str, float]]] = []  # (members, training, weight per learner)
+        if self.config.coalitions_per_question is None:
+            seen: dict[tuple[str, ...], dict[str, float]] = {}
+            for j in self.training:
+                for members, weight in self.coalitions(seed, j):
+                    if tuple(members) not in seen:
+                        seen[tuple(members)] = {}
+                        plays.append((members, [a for a in self.training if a in members], seen[tuple(members)]))
+                    seen[tuple(members)][j] = weight
+        else:
+            plays = [(members, [j], {j: weight}) for j in self.training for members, weight in self.coalitions(seed, j)]
+        episodes, all_rewards, all_index = [], [], []
+        views = {j: ([], [], [], []) for j in self.training}  # episodes, rewards, index, weights
+        for draw, (members, training, weights) in enumerate(plays):
+            played = self.play(examples, seed + draw, coalition=members, training=training)
             r, idx = self.group(played, [ep.score for ep in played], len(examples))
-            index.extend([[len(episodes) + e for e in group] for group in idx])
+            all_index.extend([[len(episodes) + e for e in group] for group in idx])
+            all_rewards.append(r)
             episodes.extend(played)
-            rewards.append(r)
-            weights.extend([weight] * len(examples))
-        return RolloutBatch(episodes, torch.cat(rewards), index,
-                            context={"weights": torch.tensor(weights, dtype=torch.float64)}, rollouts=len(episodes))
+            for j, weight in weights.items():
+                eps, rewards, index, w = views[j]
+                index.extend([[len(eps) + e for e in group] for group in idx])
+                eps.extend(played)
+                rewards.append(r)
+                w.extend([weight] * len(examples))
+        batches = {j: RolloutBatch(eps, torch.cat(rewards), index, context={"weights": torch.tensor(w, dtype=torch.float64)},
+                                   rollouts=len(episodes)) for j, (eps, rewards, index, w) in views.items()}
+        if len(self.training) == 1:
+            return batches[self.training[0]]
+        return RolloutBatch(episodes, torch.cat(all_rewards), all_index, rollouts=len(episodes), per_learner=batches)

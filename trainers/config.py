@@ -16,6 +16,8 @@ from crl_envs.tracking import check_trackers
 
 #: Built-in advantage estimators that compare a rollout with its group (they need G >= 2).
 GROUP_ESTIMATORS = frozenset({"group_mean", "group_mean_std", "rloo", "shapley_credit"})
+#: How several learners take turns (``TrainerConfig.schedule``).
+SCHEDULES = ("joint", "round_robin")
 
 
 def _type_error(owner: str, name: str, value: Any, kind: str) -> TypeError:
@@ -99,6 +101,9 @@ class TrainerConfig:
         tracking_dir: where ``trackers`` keep their stores (``None``: ``output_dir``); a study passes its
             ``out``, so that its training runs share one MLflow database.
         progress: show progress bars.
+        schedule: with several learners, ``"joint"`` (every step updates all of them from the same
+            episodes) or ``"round_robin"`` (step t updates ``learners[t % k]``; the others play their
+            current policy greedily as partners). Ignored with one learner.
     """
 
     steps: int = 20
@@ -128,9 +133,12 @@ class TrainerConfig:
     tracking_project: str = "crl-envs"
     tracking_dir: str | None = None
     progress: bool = True
+    schedule: str = "joint"
 
     def __post_init__(self) -> None:
         name = type(self).__name__
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"{name}.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
         for field_name in ("steps", "questions_per_step", "num_generations", "max_new_tokens", "num_iterations",
                            "gradient_accumulation_steps", "save_steps"):
             _check_int(name, field_name, getattr(self, field_name), low=1)

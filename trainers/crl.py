@@ -5,6 +5,10 @@ G rollouts of the whole system per question; advantage = system score minus the 
 counterfactual v(N \\ {i}) does not depend on the learner's actions, so it cancels under the group
 baseline: C-RL costs exactly the G system rollouts per question and never plays a coalition
 without the learner.
+
+Several learners (``learners=["model_3", "model_4"]``): the same G episodes per question train every
+learner; the system's score is each one's credit and each has its own baseline (its groups' mean),
+optimizer and checkpoint files. Still no extra rollouts.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from trainers.config import CRLConfig
 
 
 class CRLTrainer(PolicyGradientTrainer):
-    """``CRLTrainer(protocol, pool, task, learner="model_1", config=CRLConfig(...))``; see
-    :class:`trainers.base.PolicyGradientTrainer` for the arguments.
+    """``CRLTrainer(protocol, pool, task, learner="model_1", config=CRLConfig(...))``, or
+    ``learners=["model_1", "model_3"]`` for several; see :class:`trainers.base.PolicyGradientTrainer`
+    for the arguments.
 
     Example:
         >>> import agents, crl_envs
@@ -27,6 +32,7 @@ class CRLTrainer(PolicyGradientTrainer):
     """
 
     config_class = CRLConfig
+    multi_learner = True
 
     def collect(self, examples: list[str], seed: int) -> RolloutBatch:
         episodes = self.play(examples, seed)

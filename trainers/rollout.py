@@ -7,7 +7,7 @@ re-scores the learner's tokens with :func:`token_logprobs`, a teacher-forced for
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -22,8 +22,8 @@ def rollout_episodes(
     protocol,
     pool: Pool,
     task: Task,
-    learner: str,
-    policy: Agent,
+    learner: str | Mapping[str, Agent],
+    policy: Agent | None = None,
     *,
     examples: Sequence[int | str],
     samples: int,
@@ -33,17 +33,24 @@ def rollout_episodes(
     coalition: Sequence[str] | None = None,
     options: dict | None = None,
     progress: bool = False,
+    training: Sequence[str] | None = None,
 ) -> list[Episode]:
     """Play ``samples`` episodes per example with ``policy`` as ``learner`` (recorded: its prompt
     and completion token ids and log-probs in every phase it speaks). Every other agent, pool
-    member or protocol role, samples with ``partner_sampling``."""
+    member or protocol role, samples with ``partner_sampling``.
+
+    Several learners: ``learner`` is a dict ``agent id -> policy`` (``policy`` unused); the ids in
+    ``training`` (default: all) sample with ``learner_sampling`` and are recorded, the others play their
+    policy with ``partner_sampling`` like any partner."""
+    policies = dict(learner) if isinstance(learner, Mapping) else {learner: policy}
+    training = list(policies) if training is None else list(training)
     factory = protocols.get(protocol)
     agent_ids = factory(pool, task, **dict(options or {})).possible_agents  # pool members + roles
     sampling = {a: partner_sampling for a in agent_ids}
-    sampling[learner] = learner_sampling
+    sampling.update({j: learner_sampling for j in training})
     return run_episodes(
-        factory, pool, task, coalition=coalition, samples=samples, seed=seed, policies={learner: policy},
-        sampling=sampling, examples=list(examples), options=options, record=[learner], progress=progress,
+        factory, pool, task, coalition=coalition, samples=samples, seed=seed, policies=policies,
+        sampling=sampling, examples=list(examples), options=options, record=training, progress=progress,
     )
 
 

@@ -32,6 +32,14 @@ without the learner played once per question and call, :func:`loo_reward`). TRL 
 group mean, so under TRL the LOO reward gives exactly C-RL's advantages (the counterfactual is
 constant within a group), at the cost of the extra episodes.
 
+**One learner per TRL trainer.** ``GRPOTrainer`` owns one model, one optimizer and one set of
+completions per prompt, so :class:`CRLRollout` carries exactly one learner: its rows are that model's
+turns, and every other pool member plays as a fixed partner. Several learners trained together (each
+with its own credit, baseline, optimizer and checkpoint, from the same episodes, ``"joint"`` or
+``"round_robin"``) are :class:`trainers.CRLTrainer` with ``learners=[...]``. k ``GRPOTrainer`` runs side
+by side would each see the others at their starting weights (their updates never reach each other's
+rollouts), which is not joint training.
+
 Example (CPU, the zoo; ``examples/crl_trl.py`` also gives the multi-GPU + vLLM command)::
 
     rollout = CRLRollout("judge", agents.pool("zoo"), train, learner="model_4",  # a candidate and the judge:
