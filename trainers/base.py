@@ -283,6 +283,8 @@ def _check_learner_specs(pool: Any, ids: list[str], *, lora: bool) -> None:
         spec = members[roster.index(j)]
         if isinstance(spec, str) and spec.split(":", 1)[0] in _SERVED_BACKENDS:
             _raise_untrainable(j, f"the {spec.split(':', 1)[0]} backend ({spec!r})", lora=lora)
+        elif isinstance(spec, Agent):  # a built agent (a scripted one has no weights)
+            _check_trainable(j, spec, lora=lora)
 
 
 def _raise_untrainable(learner: str, what: str, *, lora: bool) -> None:

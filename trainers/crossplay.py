@@ -47,6 +47,8 @@ class LearnerCrossPlay:
     trained_with_gain: PairedCI
     unseen_gain: PairedCI
     gap: PairedCI
+    #: per held-out question: ``"trained_with_gain"`` and ``"unseen_gain"`` (mean over unseen settings)
+    per_question: dict[str, np.ndarray] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"trained_with": self.trained_with, "unseen": self.unseen,
@@ -82,6 +84,55 @@ def _label(coalition: Sequence[str], trained: Sequence[str]) -> str:
     return f"{'+'.join(coalition)} | trained: {', '.join(trained) or 'none'}"
 
 
+Setting = tuple[list[str], list[str]]  # (coalition, its members that play trained), in pool order
+
+
+def crossplay_settings(pool_ids: Sequence[str], learners: Sequence[str], *, trained_with: Sequence[str] | None = None,
+                       coalitions: Sequence[Sequence[str]] | None = None
+                       ) -> dict[str, tuple[tuple[Setting, Setting], list[tuple[Setting, Setting]]]]:
+    """What :func:`crossplay` plays (and a study's plan prices), without playing it: per learner, its
+    trained-with pair (the training coalition with every learner trained / with it untrained) and its
+    unseen pairs (a setting with it trained / the same with it untrained). Arguments as in :func:`crossplay`.
+
+    Raises:
+        ValueError: as :func:`crossplay`."""
+    pool_ids = list(pool_ids)
+    learners = list(learners)
+    trained_with = list(pool_ids if trained_with is None else trained_with)
+    for name, members in (("policies", learners), ("trained_with", trained_with)):
+        unknown = [a for a in members if a not in pool_ids]
+        if unknown:
+            raise ValueError(f"{name} names {unknown}, which are not in the pool; pool agents are {pool_ids}")
+    outside = [j for j in learners if j not in trained_with]
+    if outside:
+        raise ValueError(f"learners {outside} are not in trained_with={trained_with}: name the coalition they trained in")
+    ordered = lambda members: [a for a in pool_ids if a in set(members)]  # noqa: E731
+    if coalitions is None:
+        coalitions = [list(c) for size in range(2, len(pool_ids) + 1) for c in itertools.combinations(pool_ids, size)
+                      if set(c) & set(learners) and set(c) != set(trained_with)]
+    for c in coalitions:
+        if isinstance(c, str) or len(c) == 0 or any(a not in pool_ids for a in c):
+            raise ValueError(f"coalition {c!r} must be a non-empty list of pool agents {pool_ids}")
+    coalitions = [ordered(c) for c in coalitions]
+    everyone = set(learners)
+    home = ordered(trained_with)
+
+    def setting(coalition: list[str], trained: set[str]) -> Setting:
+        return coalition, [a for a in coalition if a in trained]
+
+    out = {}
+    for j in learners:
+        pairs = []
+        if len(everyone & set(home)) > 1:
+            pairs.append((setting(home, {j}), setting(home, set())))
+        pairs += [(setting(c, everyone), setting(c, everyone - {j})) for c in coalitions if j in c]
+        if not pairs:
+            raise ValueError(f"learner {j!r} has no unseen setting (pool {pool_ids}, trained with {home}): pass "
+                             "coalitions= or a pool with members it did not train with")
+        out[j] = ((setting(home, everyone), setting(home, everyone - {j})), pairs)
+    return out
+
+
 def crossplay(protocol: Any, pool: Pool, task: Task, policies: Mapping[str, Agent], *,
               trained_with: Sequence[str] | None = None, coalitions: Sequence[Sequence[str]] | None = None,
               max_new_tokens: int = 256, protocol_options: dict[str, Any] | None = None, seed: int = 0,
@@ -110,28 +161,13 @@ def crossplay(protocol: Any, pool: Pool, task: Task, policies: Mapping[str, Agen
             the pool, or a learner with no unseen setting (a pool of two and one learner: pass ``coalitions``).
     """
     learners = list(policies)
-    trained_with = list(pool.ids if trained_with is None else trained_with)
-    for name, members in (("policies", learners), ("trained_with", trained_with)):
-        unknown = [a for a in members if a not in pool.ids]
-        if unknown:
-            raise ValueError(f"{name} names {unknown}, which are not in the pool; pool agents are {pool.ids}")
-    outside = [j for j in learners if j not in trained_with]
-    if outside:
-        raise ValueError(f"learners {outside} are not in trained_with={trained_with}: name the coalition they trained in")
-    ordered = lambda members: [a for a in pool.ids if a in set(members)]  # noqa: E731
-    if coalitions is None:
-        coalitions = [list(c) for size in range(2, len(pool) + 1) for c in itertools.combinations(pool.ids, size)
-                      if set(c) & set(learners) and set(c) != set(trained_with)]
-    for c in coalitions:
-        if isinstance(c, str) or len(c) == 0 or any(a not in pool.ids for a in c):
-            raise ValueError(f"coalition {c!r} must be a non-empty list of pool agents {pool.ids}")
-    coalitions = [ordered(c) for c in coalitions]
+    plan = crossplay_settings(pool.ids, learners, trained_with=trained_with, coalitions=coalitions)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     ids = [ex.id for ex in task]
     scores: dict[str, np.ndarray] = {}
 
-    def system(coalition: list[str], trained: set[str]) -> tuple[str, np.ndarray]:
-        trained_here = [a for a in coalition if a in trained]
+    def system(setting: tuple[list[str], list[str]]) -> tuple[str, np.ndarray]:
+        coalition, trained_here = setting
         label = _label(coalition, trained_here)
         if label not in scores:
             episodes = run_episodes(protocol, pool, task, coalition=coalition, samples=1, seed=seed,
@@ -141,22 +177,11 @@ def crossplay(protocol: Any, pool: Pool, task: Task, policies: Mapping[str, Agen
         return label, scores[label]
 
     results = {}
-    everyone = set(learners)
-    home = ordered(trained_with)
     for j in learners:
-        home_label, with_j = system(home, everyone)
-        _, without_j = system(home, everyone - {j})
-        unseen = []  # (label, with j trained, with j untrained)
-        if len(everyone & set(home)) > 1:
-            label, a = system(home, {j})
-            unseen.append((label, a, system(home, set())[1]))
-        for c in coalitions:
-            if j in c:
-                label, a = system(c, everyone)
-                unseen.append((label, a, system(c, everyone - {j})[1]))
-        if not unseen:
-            raise ValueError(f"learner {j!r} has no unseen setting (pool {pool.ids}, trained with {home}): pass "
-                             "coalitions= or a pool with members it did not train with")
+        (home_with, home_without), pairs = plan[j]
+        home_label, with_j = system(home_with)
+        without_j = system(home_without)[1]
+        unseen = [(*system(a), system(b)[1]) for a, b in pairs]  # (label, with j trained, with j untrained)
         unseen_gain = np.mean([a - b for _, a, b in unseen], axis=0)
         home_gain = with_j - without_j
         results[j] = LearnerCrossPlay(
@@ -165,6 +190,7 @@ def crossplay(protocol: Any, pool: Pool, task: Task, policies: Mapping[str, Agen
             trained_with_gain=paired_bootstrap_ci(without_j, with_j, level=level, seed=seed),
             unseen_gain=paired_bootstrap_ci(np.zeros_like(unseen_gain), unseen_gain, level=level, seed=seed),
             gap=paired_bootstrap_ci(unseen_gain, home_gain, level=level, seed=seed),
+            per_question={"trained_with_gain": home_gain, "unseen_gain": unseen_gain},
         )
     return CrossPlay(ids, results, scores)
 

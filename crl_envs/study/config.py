@@ -222,6 +222,10 @@ class SetupConfig:
     options: dict[str, Any]
     steps: int
     learning_rate: float
+    #: the pool members trained together in this setup (one: the single-learner case)
+    learners: tuple[str, ...] = ()
+    #: with several learners, ``"joint"`` or ``"round_robin"`` (:data:`trainers.config.SCHEDULES`)
+    schedule: str = "joint"
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,8 @@ class TrainingConfig:
     ci_level: float
     alpha: float
     threads: int
+    #: after each training cell, play its learners with partners they never trained with (crossplay cells)
+    crossplay: bool = False
 
 
 @dataclass(frozen=True)
@@ -533,7 +539,8 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
 
     valid = ["pool", "learner", "setups", "tasks", "trainers", "seeds", "steps", "learning_rate", "questions_per_step",
              "num_generations", "n_train", "n_eval", "train_split", "eval_split",
-             "shapley_coalitions", "lora", "bootstrap_resamples", "ci_level", "alpha", "threads"]
+             "shapley_coalitions", "lora", "bootstrap_resamples", "ci_level", "alpha", "threads", "learners",
+             "schedule", "crossplay"]
     if "max_new_tokens" in spec:
         raise _error("training.max_new_tokens", "moved: a task's answer length is [tasks.<label>] max_new_tokens "
                                                 "(or [sampling] max_new_tokens for every task), for valuation and "
@@ -543,9 +550,15 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
     pool = spec.get("pool")
     if pool not in pools:
         raise _error("training.pool", f"must name a pool of [pools] ({', '.join(pools)}), got {pool!r}")
-    learner = spec.get("learner", "model_0")
-    if not isinstance(learner, str) or not re.fullmatch(r"model_\d+", learner):
-        raise _error("training.learner", f"must be a pool agent id such as \"model_4\", got {learner!r}")
+    if "learner" in spec and "learners" in spec:
+        raise _error("training.learners", "give learner = \"model_4\" (one) or learners = [...] (several), not both")
+    learners = _learners("training", spec.get("learner", "model_0") if "learners" not in spec else None,
+                         spec.get("learners"), pools[pool], spec.get("lora") is not None)
+    learner = learners[0]
+    schedule = _schedule("training.schedule", spec.get("schedule", "joint"))
+    crossplay = spec.get("crossplay", False)
+    if not isinstance(crossplay, bool):
+        raise _error("training.crossplay", f"must be true or false, got {crossplay!r}")
     per_trainer = "every trainer gets the same steps and learning rate (one budget and one learning-rate rule for all " \
                   "trainers, per setup at most); give one number"
     for k in ("steps", "learning_rate"):
@@ -577,7 +590,9 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         for t in ROSTER:
             if t in s:
                 raise _error(f"{key}.{t}", per_trainer)
-        _unknown_keys(key, s, ["protocol", "options", "steps", "learning_rate"])
+        _unknown_keys(key, s, ["protocol", "options", "steps", "learning_rate", "learners", "schedule"])
+        own = learners if "learners" not in s else _learners(key, None, s["learners"], pools[pool],
+                                                              spec.get("lora") is not None)
         base = s.get("protocol", label)
         if base in protocols and "options" not in s:
             proto = protocols[base]
@@ -586,7 +601,8 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
                                            "options": s.get("options", {})})
         setups[label] = SetupConfig(label, proto.protocol, proto.options,
                                     _int(f"{key}.steps", s.get("steps", steps), 1, "24"),
-                                    _number(f"{key}.learning_rate", s.get("learning_rate", lr), 0.0, 1.0, "1e-3"))
+                                    _number(f"{key}.learning_rate", s.get("learning_rate", lr), 0.0, 1.0, "1e-3"),
+                                    tuple(own), _schedule(f"{key}.schedule", s.get("schedule", schedule)))
     lora = spec.get("lora")
     if lora is not None:
         lora = _table("training.lora", lora)
@@ -614,7 +630,47 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         shapley_coalitions=None if sc is None else _int("training.shapley_coalitions", sc, 1, "2"),
         lora=lora, bootstrap_resamples=_int("training.bootstrap_resamples", spec.get("bootstrap_resamples", 5000), 1),
         ci_level=_number("training.ci_level", spec.get("ci_level", 0.95), 0.5, 0.999, "0.95"), alpha=alpha,
-        threads=_int("training.threads", spec.get("threads", 1), 1, "1"))
+        threads=_int("training.threads", spec.get("threads", 1), 1, "1"), crossplay=crossplay)
+
+
+def _learners(key: str, learner: Any, learners: Any, pool: PoolConfig, lora: bool) -> list[str]:
+    """The trained ids of ``learner =`` / ``learners =``, checked by the trainers' own rules (a list of ids,
+    none twice; in the pool; not a served or scripted member) before anything loads."""
+    from trainers.base import _check_learner_specs, _learner_ids
+
+    name = f"{key}.learners" if learners is not None else f"{key}.learner"
+    if learners is None and (not isinstance(learner, str) or not re.fullmatch(r"model_\d+", learner)):
+        raise _error(name, f"must be a pool agent id such as \"model_4\", got {learner!r}")
+    try:
+        ids = _learner_ids(learner if learners is None else None, learners)
+        members: Any = pool.members
+        if pool.named == "zoo":
+            import agents.zoo
+
+            members = [f"zoo:{n}" for n in agents.zoo.NAMES]
+        if members:
+            _check_learner_specs([_scripted(m) for m in members], ids, lora=lora)
+    except (TypeError, ValueError) as e:
+        raise _error(name, str(e)) from None
+    return ids
+
+
+def _scripted(member: Any) -> Any:
+    """A ``{expert = ...}`` member as the scripted agent it builds (cheap), for the trainers' checks."""
+    if not isinstance(member, Mapping):
+        return member
+    from agents import ScriptedAgent
+
+    return ScriptedAgent.expert(member.get("name", f"expert-{member['expert']}"), float(member["expert"]))
+
+
+def _schedule(key: str, value: Any) -> str:
+    """A schedule of :data:`trainers.config.SCHEDULES` (the trainers' list)."""
+    from trainers.config import SCHEDULES
+
+    if value not in SCHEDULES:
+        raise _error(key, f"must be one of {list(SCHEDULES)} (how several learners take turns), got {value!r}")
+    return value
 
 
 def _executor(spec: dict[str, Any]) -> ExecutorConfig:
