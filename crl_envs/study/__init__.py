@@ -87,10 +87,11 @@ def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
              "| cells | count | done | runs to play | episodes | model calls | generated tokens (at most) |",
              "|---|---|---|---|---|---|---|"]
     total = {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0}
-    for kind in ("valuation", "baseline", "training"):
+    for kind in ("valuation", "baseline", "training", "crossplay"):
         if kind in rows:
             r = rows[kind]
-            what = "coalition runs" if kind == "valuation" else "trainer fits"
+            what = {"valuation": "coalition runs", "crossplay": "trainer fits (restored from checkpoints)"}.get(
+                kind, "trainer fits")
             lines.append(f"| {kind} | {r['cells']} | {r['done']} | {r['runs']:,.0f} {what} | {r['episodes']:,.0f} | "
                          f"{r['calls']:,.0f} | {r['tokens']:,.0f} |")
             for k in total:
@@ -104,6 +105,15 @@ def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
                             f"lr {s.learning_rate:g}" for k, s in t.setups.items())
         lines.append(f"training: {', '.join(t.trainers)} x seeds {t.seeds}, every trainer with its setup's budget "
                      f"({budgets})" + ("" if len(t.seeds) >= 3 else "; fewer than 3 seeds: little power per setting"))
+        several = {k: s for k, s in t.setups.items() if len(s.learners) > 1}
+        if several:
+            lines.append("several learners: " + "; ".join(f"{k}: {', '.join(s.learners)} ({s.schedule})"
+                                                          for k, s in several.items()))
+        cross = [c for c in planned if c.kind == "crossplay"]
+        if cross:
+            per = {c.id.split("/")[1]: c.cost for c in cross}
+            lines.append("crossplay: per cell (each setting once on n_eval questions) " + "; ".join(
+                f"{k}: {c['episodes'] / t.n_eval:.0f} settings, {c['calls']:,.0f} model calls" for k, c in per.items()))
     return "\n".join(lines)
 
 
@@ -160,18 +170,20 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
         out["valuation"] = valuation_tables(vcells, alpha=config.valuation.alpha)
     if config.training is not None and any(c.kind == "training" for c in planned):
         baselines, runs = {}, defaultdict(lambda: defaultdict(dict))
+        crossplay = defaultdict(lambda: defaultdict(dict))
         for c in planned:
             key = (c.spec.get("setup_label"), c.spec.get("task_label"))
             if c.kind == "baseline":
                 baselines[key] = results[c.id]
-            elif c.kind == "training":
-                runs[key][c.spec["trainer"]][c.spec["seed"]] = results[c.id]
+            elif c.kind in ("training", "crossplay"):
+                (runs if c.kind == "training" else crossplay)[key][c.spec["trainer"]][c.spec["seed"]] = results[c.id]
         t = config.training
         budgets = {k: {"steps": s.steps, "learning_rate": s.learning_rate, "questions_per_step": t.questions_per_step,
                        "num_generations": t.num_generations} for k, s in t.setups.items()}
         out["training"] = training_tables(baselines, runs, t.trainers, ci_level=t.ci_level, alpha=t.alpha,
                                           resamples=t.bootstrap_resamples,
-                                          protocols={k: s.protocol for k, s in t.setups.items()}, budgets=budgets)
+                                          protocols={k: s.protocol for k, s in t.setups.items()}, budgets=budgets,
+                                          crossplay=crossplay)
     return out
 
 

@@ -603,6 +603,7 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
                                     _int(f"{key}.steps", s.get("steps", steps), 1, "24"),
                                     _number(f"{key}.learning_rate", s.get("learning_rate", lr), 0.0, 1.0, "1e-3"),
                                     tuple(own), _schedule(f"{key}.schedule", s.get("schedule", schedule)))
+    _check_several(setups, trainer_names, pools[pool], crossplay)
     lora = spec.get("lora")
     if lora is not None:
         lora = _table("training.lora", lora)
@@ -653,6 +654,37 @@ def _learners(key: str, learner: Any, learners: Any, pool: PoolConfig, lora: boo
     except (TypeError, ValueError) as e:
         raise _error(name, str(e)) from None
     return ids
+
+
+def _check_several(setups: Mapping[str, SetupConfig], trainer_names: list[str], pool: PoolConfig,
+                   crossplay: bool) -> None:
+    """Several learners only on trainers that train several (``multi_learner``); with ``crossplay``, every
+    learner has partners it never trained with (:func:`trainers.crossplay.crossplay_settings`' rule)."""
+    from trainers import TRAINERS
+    from trainers.crossplay import crossplay_settings
+
+    single = [t for t in trainer_names if not TRAINERS[t].multi_learner]
+    for label, s in setups.items():
+        key = f"training.setups.{label}.learners"
+        if len(s.learners) > 1 and single:
+            multi = [t for t in TRAINERS if TRAINERS[t].multi_learner]
+            raise _error(key, f"{len(s.learners)} learners, but trainers {single} train one learner each; set "
+                              f"training.trainers to trainers that train several ({', '.join(multi)})")
+        n = _pool_size(pool)
+        if crossplay and n is not None:
+            try:
+                crossplay_settings([f"model_{i}" for i in range(n)], s.learners)
+            except ValueError as e:
+                raise _error(key, f"training.crossplay = true: {e}") from None
+
+
+def _pool_size(pool: PoolConfig) -> int | None:
+    """The pool's size where the config says it (member lists, the zoo); ``None`` for other named pools."""
+    if pool.named == "zoo":
+        import agents.zoo
+
+        return len(agents.zoo.NAMES)
+    return len(pool.members) if pool.members else None
 
 
 def _scripted(member: Any) -> Any:

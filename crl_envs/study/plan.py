@@ -6,7 +6,10 @@ Cells:
 - ``valuation`` — one :func:`crl_envs.valuation.evaluate` call: a pool x protocol x task x seed;
 - ``baseline`` — the untrained learner's greedy evaluation in one training setup x task (every
   trainer's Δ is measured from it);
-- ``training`` — one trainer's ``fit()`` with one seed in one setup x task, then its evaluation.
+- ``training`` — one trainer's ``fit()`` with one seed in one setup x task, then its evaluation;
+- ``crossplay`` — with ``training.crossplay = true``, one per training cell: its learners, restored from
+  the training cell's final checkpoint, played with partners they never trained with
+  (:func:`trainers.crossplay`).
 
 A cell's payload is plain data (specs, options, sizes), so it runs the same in this process, in a
 worker process or on a Ray worker; its fingerprint hashes the payload with :data:`CELL_VERSION`.
@@ -26,7 +29,7 @@ from crl_envs.study.config import MAX_COALITION_RUNS, StudyConfig, StudyConfigEr
 from crl_envs.valuation.coalition import digest
 
 CELL_VERSION = 1
-KINDS = ("valuation", "baseline", "training")
+KINDS = ("valuation", "baseline", "training", "crossplay")
 #: Episodes per question and step, as a multiple of G, for each trainer (see trainers' README table).
 TRAINER_EPISODES = {"crl": 1.0, "grpo": 1.0, "loo_reward": 1.125, "shapley_credit": 2.0}
 
@@ -48,6 +51,14 @@ def _cell(kind: str, cell_id: str, spec: dict[str, Any]) -> Cell:
 
 def _substitute(options: Mapping[str, Any], learner: str) -> dict[str, Any]:
     return {k: v.format(learner=learner) if isinstance(v, str) else v for k, v in options.items()}
+
+
+def _several(setup: Any) -> dict[str, Any]:
+    """``learners`` (and a ``schedule`` other than ``"joint"``) for a setup that trains several; nothing for
+    one learner, so the cells of single-learner setups keep their fingerprints."""
+    if len(setup.learners) < 2:
+        return {}
+    return {"learners": list(setup.learners), **({"schedule": setup.schedule} if setup.schedule != "joint" else {})}
 
 
 def cells(config: StudyConfig) -> list[Cell]:
@@ -72,14 +83,16 @@ def cells(config: StudyConfig) -> list[Cell]:
     if t is not None:
         for label, setup in t.setups.items():
             for task in t.tasks:
+                learner = setup.learners[0] if setup.learners else t.learner
                 common = {
-                    "pool": config.pools[t.pool].describe(), "pool_label": t.pool, "learner": t.learner,
+                    "pool": config.pools[t.pool].describe(), "pool_label": t.pool, "learner": learner,
                     "setup_label": label, "protocol": setup.protocol,
-                    "options": _substitute(setup.options, t.learner),
+                    "options": _substitute(setup.options, learner),
                     "task": config.tasks[task].describe(), "task_label": task,
                     "train_split": t.train_split, "eval_split": t.eval_split, "n_train": t.n_train,
                     "n_eval": t.n_eval, "max_new_tokens": config.sampling_for(task)["max_new_tokens"],
                     "threads": t.threads,
+                    **_several(setup),
                 }
                 out.append(_cell("baseline", f"baseline/{label}/{task}", common))
                 for trainer in t.trainers:
@@ -90,6 +103,9 @@ def cells(config: StudyConfig) -> list[Cell]:
                                 "shapley_coalitions": t.shapley_coalitions if trainer == "shapley_credit" else None,
                                 "lora": t.lora}
                         out.append(_cell("training", f"training/{label}/{task}/{trainer}/seed{seed}", spec))
+                        if t.crossplay:  # its own cell, after the training cell, from its final checkpoint
+                            out.append(_cell("crossplay", f"crossplay/{label}/{task}/{trainer}/seed{seed}",
+                                             {**spec, "training_fingerprint": out[-1].fingerprint}))
     ids = [c.id for c in out]
     if len(ids) != len(set(ids)):  # labels hold no '/' (config._check_label): ids are injective
         twice = sorted({i for i in ids if ids.count(i) > 1})
@@ -125,6 +141,16 @@ def _calls(protocol: str, options: Mapping[str, Any], names: list[str], members:
 
     return calls_per_episode(protocols.get(protocol), names, tasks.load("arith", n=1),
                              [f"model_{i}" for i in members], options)
+
+
+def _crossplay_settings(names: list[str], learners: list[str]) -> list[list[str]]:
+    """The coalitions of the distinct settings a crossplay cell plays (:func:`trainers.crossplay_settings`)."""
+    from trainers.crossplay import crossplay_settings
+
+    plan = crossplay_settings([f"model_{i}" for i in range(len(names))], learners)
+    distinct = {(tuple(c), tuple(t)): list(c) for home, pairs in plan.values() for pair in (home, *pairs)
+                for c, t in pair}
+    return list(distinct.values())
 
 
 def _masks(estimator: str, n: int, budget: int | None, seed: int) -> list[int]:
@@ -230,6 +256,11 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
             evals = s["n_eval"]
             if cell.kind == "baseline":
                 runs, episodes, calls = 0.0, float(evals), per_episode * evals
+            elif cell.kind == "crossplay":  # every distinct setting once on the held-out questions
+                settings = _crossplay_settings(names, s.get("learners", [s["learner"]]))
+                runs, episodes = 0.0, float(evals * len(settings))
+                calls = sum(_calls(s["protocol"], s["options"], names, [int(a.split("_")[1]) for a in c]) * evals
+                            for c in settings)
             else:
                 factor = TRAINER_EPISODES[s["trainer"]] * (s["shapley_coalitions"] or 1 if s["trainer"] ==
                                                            "shapley_credit" else 1)

@@ -87,8 +87,12 @@ def run_cell(payload: dict[str, Any]) -> dict[str, Any]:
             threads = torch.get_num_threads()
             torch.set_num_threads(cell["spec"]["threads"])  # the same reductions on every executor
             try:
-                result = _baseline_cell(cell["spec"]) if cell["kind"] == "baseline" else \
-                    _training_cell(cell["spec"], out / "train" / cell["fingerprint"], payload.get("tracking"))
+                if cell["kind"] == "crossplay":
+                    result = _crossplay_cell(cell["spec"], out / "train" / cell["spec"]["training_fingerprint"])
+                elif cell["kind"] == "baseline":
+                    result = _baseline_cell(cell["spec"])
+                else:
+                    result = _training_cell(cell["spec"], out / "train" / cell["fingerprint"], payload.get("tracking"))
             finally:
                 torch.set_num_threads(threads)
     except BaseException as e:
@@ -159,15 +163,26 @@ def _trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Pat
         common["lora"] = trainers.LoraSettings(**spec["lora"])
     if trainer_name == "shapley_credit":
         common["coalitions_per_question"] = spec.get("shapley_coalitions")
+    if "schedule" in spec:
+        common["schedule"] = spec["schedule"]
     config = trainers.TRAINERS[trainer_name].config_class(**common)
-    return trainers.TRAINERS[trainer_name](spec["protocol"], pool, train, learner=spec["learner"], config=config,
-                                           eval_task=held_out)
+    who = {"learners": spec["learners"]} if "learners" in spec else {"learner": spec["learner"]}
+    return trainers.TRAINERS[trainer_name](spec["protocol"], pool, train, config=config, eval_task=held_out, **who)
+
+
+def _scores(result: Any) -> dict[str, Any]:
+    """An evaluation as a cell's result: per question ``system``, ``standalone`` (several learners: their
+    mean) and, with several learners, each one's own under ``learners``."""
+    out = {"example_ids": list(result.example_ids), "system": result.system.tolist(),
+           "standalone": result.standalone.tolist()}
+    if len(result.learners) > 1:
+        out["learners"] = {j: np.asarray(v).tolist() for j, v in result.learners.items()}
+    return out
 
 
 def _baseline_cell(spec: dict[str, Any]) -> dict[str, Any]:
     result = _trainer(spec, "crl", 0, None).evaluate()
-    return {"example_ids": list(result.example_ids), "system": result.system.tolist(),
-            "standalone": result.standalone.tolist(),
+    return {**_scores(result),
             "summary": f"system {result.system_accuracy:.3f}, learner alone {result.standalone_accuracy:.3f}"}
 
 
@@ -175,10 +190,33 @@ def _training_cell(spec: dict[str, Any], output_dir: Path, tracking: dict[str, A
     trainer = _trainer(spec, spec["trainer"], spec["seed"], output_dir, tracking)
     trainer.fit()
     result = trainer.evaluate()
-    return {"example_ids": list(result.example_ids), "system": result.system.tolist(),
-            "standalone": result.standalone.tolist(), "rollouts": trainer.rollouts,
+    return {**_scores(result), "rollouts": trainer.rollouts,
             "summary": f"after training: system {result.system_accuracy:.3f}, learner alone "
                        f"{result.standalone_accuracy:.3f}, {trainer.rollouts} rollouts"}
+
+
+def _crossplay_cell(spec: dict[str, Any], train_dir: Path) -> dict[str, Any]:
+    """The training cell's learners, restored from its final checkpoint in ``train_dir``, played with the
+    partners they trained with and with partners they never trained with (:func:`trainers.trainer_crossplay`).
+
+    Raises:
+        RuntimeError: no final checkpoint in ``train_dir`` (rerun the training cell with ``--fresh``)."""
+    import trainers
+
+    trainer = _trainer(spec, spec["trainer"], spec["seed"], train_dir)
+    final = train_dir / f"checkpoint-{spec['steps']:06d}"
+    if not (final / "state.json").exists():
+        raise RuntimeError(f"crossplay needs the training cell's final checkpoint {final}, which is missing; rerun "
+                           f"the study with --fresh for {spec['setup_label']}/{spec['trainer']}/seed{spec['seed']}")
+    trainer.load_checkpoint(final)
+    cross = trainers.trainer_crossplay(trainer)
+    learners = {j: {**r.to_dict(), **{k: np.asarray(v).tolist() for k, v in r.per_question.items()}}
+                for j, r in cross.learners.items()}
+    gap = np.mean([r.gap.delta for r in cross.learners.values()])
+    return {"example_ids": list(cross.example_ids), "learners": learners,
+            "settings": {k: float(np.mean(v)) for k, v in cross.settings.items()},
+            "summary": f"cross-play gap (trained-with minus unseen partners' gain) {100 * gap:+.1f} points, "
+                       f"{len(cross.settings)} settings"}
 
 
 # ---------------------------------------------------------------------- the cell cache and the loop
@@ -240,6 +278,17 @@ def result_problem(cell: Cell, result: Any) -> str | None:
     ids = result.get("example_ids")
     if not isinstance(ids, list):
         return "no example_ids"
+    if cell.kind == "crossplay":
+        learners = result.get("learners")
+        if not isinstance(learners, dict) or not learners:
+            return "no learners"
+        for j, r in learners.items():
+            for k in ("trained_with_gain", "unseen_gain"):
+                v = r.get(k) if isinstance(r, dict) else None
+                if not isinstance(v, list) or len(v) != len(ids) or not all(
+                        isinstance(x, (int, float)) and math.isfinite(x) and -1 <= x <= 1 for x in v):
+                    return f"learners.{j}.{k} is not {len(ids)} gains in [-1, 1]"
+        return None
     return scores("system", result.get("system"), len(ids)) or scores("standalone", result.get("standalone"), len(ids))
 
 
@@ -268,6 +317,10 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
     Valuation cells run one after another in this process, their coalitions on the executor (a Ray
     cluster's slots, or worker processes); baseline and training cells are handed to the executor
     as whole cells. Each result is written as soon as it arrives."""
+    later = [c for c in plan if c.kind == "crossplay"]  # they read their training cells' checkpoints
+    if later and len(later) < len(plan):
+        first = run_cells(config, [c for c in plan if c.kind != "crossplay"], progress=progress, on_result=on_result)
+        return {**first, **run_cells(config, later, progress=progress, on_result=on_result)}
     out = config.out
     (out / "cells").mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}

@@ -159,12 +159,46 @@ def _delta(values: np.ndarray, boot: np.ndarray, q_boot: np.ndarray, ci_level: f
             "per_seed_ci": [percentile_ci(v[q_boot].mean(axis=1), ci_level) for v in values]}
 
 
+def _crossplay(cross: Mapping[str, Mapping[int, Mapping[str, Any]]], trainers: Sequence[str], ci_level: float,
+               resamples: int, rng: np.random.Generator) -> dict[str, Any]:
+    """Per trainer: the learners' gain with their training partners, with unseen partners, and the gap
+    (trained-with minus unseen), each a seeds x questions Δ (mean over learners per question) with its CI."""
+    out = {}
+    for t in trainers:
+        by_seed = cross.get(t)
+        if not by_seed:
+            continue
+        seeds = sorted(by_seed)
+        learners = list(by_seed[seeds[0]]["learners"])
+        gains = {k: np.stack([np.mean([np.asarray(by_seed[s]["learners"][j][k], float) for j in learners], axis=0)
+                              for s in seeds]) for k in ("trained_with_gain", "unseen_gain")}
+        gains["gap"] = gains["trained_with_gain"] - gains["unseen_gain"]
+        q = gains["gap"].shape[1]
+        idx = bootstrap_indices(rng, len(seeds), q, resamples)
+        q_boot = rng.integers(0, q, size=(resamples, q))
+        out[t] = {k: _delta(v, seed_question_bootstrap(v, resamples=resamples, rng=rng, indices=idx), q_boot, ci_level)
+                  for k, v in gains.items()}
+        out[t]["seeds"] = seeds
+        out[t]["learners"] = {j: float(np.mean([by_seed[s]["learners"][j]["gap"][0] for s in seeds]))
+                              for j in learners}
+        out[t]["unseen_settings"] = len(by_seed[seeds[0]]["learners"][learners[0]]["unseen"])
+    return out
+
+
 def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
                     runs: Mapping[tuple[str, str], Mapping[str, Mapping[int, Mapping[str, Any]]]],
                     trainers: Sequence[str], *, ci_level: float = 0.95, alpha: float = 0.05, resamples: int = 5000,
                     seed: int = 0, protocols: Mapping[str, str] | None = None,
-                    budgets: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                    budgets: Mapping[str, Mapping[str, Any]] | None = None,
+                    crossplay: Mapping[tuple[str, str], Mapping[str, Mapping[int, Mapping[str, Any]]]] | None = None
+                    ) -> dict[str, Any]:
     """``{"settings": [...], "summary": {...}}``.
+
+    A setup with several learners (its cells' results hold ``learners``: each one's standalone scores)
+    adds ``learners_alone``: per learner, its own ``before``, ``after`` per trainer and seed, and ``delta``
+    per trainer (beside ``delta``, the system's). With ``crossplay`` cells, ``crossplay`` per trainer: the
+    gain the learners give with their training partners, with unseen partners, and the ``gap`` between
+    them (mean over learners, per question; seeds x questions bootstrap), and per learner its gap.
 
     Args:
         baselines: ``(setup, task) -> baseline cell result`` (``system`` and ``standalone`` per question, untrained).
@@ -173,6 +207,7 @@ def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
         alpha: the level of the per-setting and across-settings tests.
         protocols: ``setup -> protocol name`` (stored with each setting).
         budgets: ``setup -> {steps, learning_rate, ...}``, the budget every trainer had (stored with each setting).
+        crossplay: ``(setup, task) -> trainer -> seed -> crossplay cell result`` (optional).
     """
     rng = np.random.default_rng(seed)
     settings, boots_by_setting = [], []
@@ -210,6 +245,22 @@ def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
                               "delta": alone_delta},
             "learner_collapse": collapsed, "strongest": strongest, "tie": len(strongest) > 1,
         }
+        if base.get("learners"):  # several learners: each one's own Δ (its own rng: other draws unchanged)
+            sub = np.random.default_rng([seed, 1, len(settings)])
+            own = {}
+            for j, b in base["learners"].items():
+                d = {t: np.stack([np.asarray(by_trainer[t][s]["learners"][j], float) - np.asarray(b, float)
+                                  for s in seeds]) for t in present}
+                own[j] = {"before": float(np.mean(b)),
+                          "after": {t: [float(np.mean(by_trainer[t][s]["learners"][j])) for s in seeds]
+                                    for t in present},
+                          "delta": {t: _delta(v, seed_question_bootstrap(v, resamples=resamples, rng=sub, indices=idx),
+                                              q_boot, ci_level) for t, v in d.items()}}
+            setting["learners_alone"] = own
+        cross = (crossplay or {}).get((setup, task), {})
+        if any(cross.get(t) for t in present):
+            setting["crossplay"] = _crossplay(cross, present, ci_level, resamples, np.random.default_rng([seed, 2,
+                                                                                                         len(settings)]))
         if "crl" in present:
             comparisons = {}
             for b in present:

@@ -124,7 +124,49 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
             lines.append(f"| {st['protocol']} | {st['task']} | {budget} | {name} | {_pts(d['value'])} {_ci_pts(d['ci'])} | "
                          f"{per} | {la['before']:.3f} -> {after} | {_pts(ld['value'])} {_ci_pts(ld['ci'])} | {lper} | "
                          f"{versus} |")
-    return "\n".join(lines)
+    return "\n".join(lines + _several_markdown(tables["settings"], trainers, pct))
+
+
+def _several_markdown(settings: list[Mapping[str, Any]], trainers: list[str], pct: int) -> list[str]:
+    """Each learner's own Δ beside the system's (setups with several learners), and the cross-play gaps."""
+    lines = []
+    several = [st for st in settings if st.get("learners_alone")]
+    if several:
+        lines += ["", "**Several learners:** each learner's own Δ (it answering alone) beside the system's.", "",
+                  f"| setup | task | trainer | Δ system [{pct}% CI] | learner | alone before -> after per seed | "
+                  f"Δ alone [{pct}% CI] | per seed [CI] |", "|---|---|---|---|---|---|---|---|"]
+        for st in several:
+            for t in trainers:
+                if t not in st["delta"]:
+                    continue
+                d = st["delta"][t]
+                for j, la in st["learners_alone"].items():
+                    ld = la["delta"][t]
+                    lper = " ".join(f"{_pts(x)} {_ci_pts(ci)}" for x, ci in zip(ld["per_seed"], ld["per_seed_ci"]))
+                    after = "/".join(f"{x:.3f}" for x in la["after"][t])
+                    lines.append(f"| {st['protocol']} | {st['task']} | {t} | {_pts(d['value'])} {_ci_pts(d['ci'])} | "
+                                 f"{j} | {la['before']:.3f} -> {after} | {_pts(ld['value'])} {_ci_pts(ld['ci'])} | "
+                                 f"{lper} |")
+    cross = [st for st in settings if st.get("crossplay")]
+    if cross:
+        lines += ["", "**Cross-play:** each trained learner played with its training partners and with partners it "
+                      "never trained with (other coalitions; with several learners, the others untrained). A gain is "
+                      "the system's accuracy with the learner trained minus untrained, same partners; gap = gain with "
+                      "training partners - gain with unseen partners (mean over learners and unseen settings; a "
+                      "large positive gap: it only works with its training partners).", "",
+                  f"| setup | task | trainer | gain, training partners [{pct}% CI] | gain, unseen partners [CI] | "
+                  f"gap [CI] | gap per learner | unseen settings | seeds |", "|---|---|---|---|---|---|---|---|---|"]
+        for st in cross:
+            for t in trainers:
+                c = st["crossplay"].get(t)
+                if c is None:
+                    continue
+                per = ", ".join(f"{j} {_pts(g)}" for j, g in c["learners"].items())
+                lines.append(f"| {st['protocol']} | {st['task']} | {t} | "
+                             + " | ".join(f"{_pts(c[k]['value'])} {_ci_pts(c[k]['ci'])}"
+                                          for k in ("trained_with_gain", "unseen_gain", "gap"))
+                             + f" | {per} | {c['unseen_settings']} | {len(c['seeds'])} |")
+    return lines
 
 
 def markdown(study: Mapping[str, Any]) -> str:
