@@ -127,8 +127,9 @@ def test_dry_run_prices_crossplay_cells(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_zoo_study_reports_each_learners_delta_and_the_crossplay_gap(tmp_path):
-    raw = multi_config(tmp_path, learner="model_2", crossplay=True,
-                       setups={"vote": {"learners": ["model_1", "model_2"]}, "vote-one": {"protocol": "vote"}})
+    raw = multi_config(tmp_path, learner="model_2", crossplay=True, learning_rate=0.05, questions_per_step=4,
+                       num_generations=8, setups={"vote": {"learners": ["model_1", "model_2"]},
+                                                  "vote-one": {"protocol": "vote"}})
     result = study.run(raw, progress=False)
     config = load_config(raw)
     planned = {c.id: c for c in study.plan(config)}
@@ -142,12 +143,15 @@ def test_tiny_zoo_study_reports_each_learners_delta_and_the_crossplay_gap(tmp_pa
         own = multi["learners_alone"][j]
         assert own["before"] == pytest.approx(np.mean(base["learners"][j]))
         assert own["delta"]["crl"]["value"] == pytest.approx(np.mean(trained["learners"][j]) - np.mean(base["learners"][j]))
+    assert multi["learners_alone"]["model_1"]["delta"]["crl"]["value"] != 0  # training changed the learners
     assert "learners_alone" not in one and "learners" not in cell("training/vote-one/arith/crl/seed0")
     # cross-play played the trained policies restored from the checkpoint: its trained-with setting is the
     # training cell's own evaluation, its all-untrained one the baseline
     assert cross["settings"]["model_0+model_1+model_2 | trained: model_1, model_2"] == pytest.approx(
         np.mean(trained["system"]))
     assert cross["settings"]["model_0+model_1+model_2 | trained: none"] == pytest.approx(np.mean(base["system"]))
+    # untrained policies give every gain exactly 0 (tests/test_multi_learner.py): the restored weights play
+    assert any(np.any(cross["learners"][j][k]) for j in cross["learners"] for k in ("trained_with_gain", "unseen_gain"))
     gap = np.mean([np.subtract(cross["learners"][j]["trained_with_gain"], cross["learners"][j]["unseen_gain"])
                    for j in ("model_1", "model_2")])
     assert multi["crossplay"]["crl"]["gap"]["value"] == pytest.approx(gap)
