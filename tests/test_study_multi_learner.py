@@ -98,7 +98,7 @@ def multi_config(out: Path, **training) -> dict:
     ({"pool": "mixed", "learners": ["model_0", "model_1"]},
      r"training\.learners: learner 'model_1' is a scripted agent \('expert-0\.8'\), which has no weights"),
     ({"pool": "pair", "crossplay": True},
-     r"training\.setups\.vote\.learners: training\.crossplay = true: learner 'model_0' has no unseen setting"),
+     r"training\.crossplay: setup 'vote': learner 'model_0' has no unseen setting"),
     ({"crossplay": "yes"}, r"training\.crossplay: must be true or false"),
 ])
 def test_bad_multi_learner_config_is_one_line(training, message, tmp_path):

@@ -553,7 +553,7 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
     if "learner" in spec and "learners" in spec:
         raise _error("training.learners", "give learner = \"model_4\" (one) or learners = [...] (several), not both")
     learners = _learners("training", spec.get("learner", "model_0") if "learners" not in spec else None,
-                         spec.get("learners"), pools[pool], spec.get("lora") is not None)
+                         spec.get("learners"))
     learner = learners[0]
     schedule = _schedule("training.schedule", spec.get("schedule", "joint"))
     crossplay = spec.get("crossplay", False)
@@ -591,8 +591,7 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
             if t in s:
                 raise _error(f"{key}.{t}", per_trainer)
         _unknown_keys(key, s, ["protocol", "options", "steps", "learning_rate", "learners", "schedule"])
-        own = learners if "learners" not in s else _learners(key, None, s["learners"], pools[pool],
-                                                              spec.get("lora") is not None)
+        own = learners if "learners" not in s else _learners(key, None, s["learners"])
         base = s.get("protocol", label)
         if base in protocols and "options" not in s:
             proto = protocols[base]
@@ -603,7 +602,9 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
                                     _int(f"{key}.steps", s.get("steps", steps), 1, "24"),
                                     _number(f"{key}.learning_rate", s.get("learning_rate", lr), 0.0, 1.0, "1e-3"),
                                     tuple(own), _schedule(f"{key}.schedule", s.get("schedule", schedule)))
-    _check_several(setups, trainer_names, pools[pool], crossplay)
+    where = {label: f"training.setups.{label}.learners" if "learners" in setups_spec[label] else
+             "training.learners" if "learners" in spec else "training.learner" for label in setups}
+    _check_several(setups, where, trainer_names, pools[pool], crossplay, spec.get("lora") is not None)
     lora = spec.get("lora")
     if lora is not None:
         lora = _table("training.lora", lora)
@@ -634,38 +635,43 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         threads=_int("training.threads", spec.get("threads", 1), 1, "1"), crossplay=crossplay)
 
 
-def _learners(key: str, learner: Any, learners: Any, pool: PoolConfig, lora: bool) -> list[str]:
-    """The trained ids of ``learner =`` / ``learners =``, checked by the trainers' own rules (a list of ids,
-    none twice; in the pool; not a served or scripted member) before anything loads."""
-    from trainers.base import _check_learner_specs, _learner_ids
+def _learners(key: str, learner: Any, learners: Any) -> list[str]:
+    """The trained ids of ``learner =`` / ``learners =``, checked by the trainers' own rule (a list of ids,
+    none twice); :func:`_check_several` checks them against the pool."""
+    from trainers.base import _learner_ids
 
     name = f"{key}.learners" if learners is not None else f"{key}.learner"
     if learners is None and (not isinstance(learner, str) or not re.fullmatch(r"model_\d+", learner)):
         raise _error(name, f"must be a pool agent id such as \"model_4\", got {learner!r}")
     try:
-        ids = _learner_ids(learner if learners is None else None, learners)
-        members: Any = pool.members
-        if pool.named == "zoo":
-            import agents.zoo
-
-            members = [f"zoo:{n}" for n in agents.zoo.NAMES]
-        if members:
-            _check_learner_specs([_scripted(m) for m in members], ids, lora=lora)
+        return _learner_ids(learner if learners is None else None, learners)
     except (TypeError, ValueError) as e:
         raise _error(name, str(e)) from None
-    return ids
 
 
-def _check_several(setups: Mapping[str, SetupConfig], trainer_names: list[str], pool: PoolConfig,
-                   crossplay: bool) -> None:
-    """Several learners only on trainers that train several (``multi_learner``); with ``crossplay``, every
-    learner has partners it never trained with (:func:`trainers.crossplay.crossplay_settings`' rule)."""
+def _check_several(setups: Mapping[str, SetupConfig], where: Mapping[str, str], trainer_names: list[str],
+                   pool: PoolConfig, crossplay: bool, lora: bool) -> None:
+    """Each setup's learners by the trainers' own rules, before anything loads: in the pool, not a served or
+    scripted member (:func:`trainers.base._check_learner_specs`), several only on trainers that train several
+    (``multi_learner``); with ``crossplay``, every learner has partners it never trained with
+    (:func:`trainers.crossplay.crossplay_settings`). ``where``: setup -> the key its learners came from."""
     from trainers import TRAINERS
+    from trainers.base import _check_learner_specs
     from trainers.crossplay import crossplay_settings
 
+    members: Any = pool.members
+    if pool.named == "zoo":
+        import agents.zoo
+
+        members = [f"zoo:{n}" for n in agents.zoo.NAMES]
     single = [t for t in trainer_names if not TRAINERS[t].multi_learner]
     for label, s in setups.items():
-        key = f"training.setups.{label}.learners"
+        key = where[label]
+        try:
+            if members:
+                _check_learner_specs([_scripted(m) for m in members], list(s.learners), lora=lora)
+        except (TypeError, ValueError) as e:
+            raise _error(key, str(e)) from None
         if len(s.learners) > 1 and single:
             multi = [t for t in TRAINERS if TRAINERS[t].multi_learner]
             raise _error(key, f"{len(s.learners)} learners, but trainers {single} train one learner each; set "
@@ -675,7 +681,7 @@ def _check_several(setups: Mapping[str, SetupConfig], trainer_names: list[str], 
             try:
                 crossplay_settings([f"model_{i}" for i in range(n)], s.learners)
             except ValueError as e:
-                raise _error(key, f"training.crossplay = true: {e}") from None
+                raise _error("training.crossplay", f"setup {label!r}: {e}; or set crossplay = false") from None
 
 
 def _pool_size(pool: PoolConfig) -> int | None:
