@@ -14,7 +14,9 @@ process, local worker processes or Ray, with the paper's statistics computed fro
 ``p_value``), ``valuation.summary`` (``uncorrelated``, ``settings``, ``alpha``, per-family counts under
 ``families``), ``training.settings`` (one per setup x task: ``protocol``, ``task``, ``seeds``, ``budget``,
 per-trainer ``delta`` with ``ci`` and ``per_seed``/``per_seed_ci``, ``learner_alone`` (the learner's own
-accuracy ``before`` and ``after`` per trainer and seed, and its ``delta``), ``learner_collapse``,
+accuracy ``before`` and ``after`` per trainer and seed, and its ``delta``; with several learners
+``learners_alone`` holds each one's, and with ``training.crossplay`` ``crossplay`` per trainer the gain with
+training partners, with unseen partners and their ``gap``), ``learner_collapse``,
 ``strongest`` (ties list several), ``crl_vs`` per baseline: ``outcome`` win/tie/loss, ``p_value``,
 ``significant``) and ``training.summary`` (``crl_vs`` per baseline: ``wins``, ``ties``, ``losses``,
 ``significant_wins``, the ``across`` settings x seeds test, the gain ``ratio`` with ``ci`` or why it is

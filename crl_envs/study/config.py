@@ -31,8 +31,10 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
 
     [training]                          # one cell per setup x task x trainer x seed: a trainer's fit()
     pool = "zoo"                        # one pool, apart from [valuation] pools
-    learner = "model_4"
+    learner = "model_4"                 # or learners = ["model_3", "model_4"] (several, trained together),
+                                        #   schedule = "joint" | "round_robin"; a setup may set its own
     trainers = ["crl", "grpo"]          # default: trainers.ROSTER (every trainer, Shapley credit included)
+    crossplay = false                   # true: crossplay cells (trained learners with unseen partners)
     tasks = ["arith"]
     seeds = [0, 1, 2]                   # the default: 3 seeds
     steps = 24                          # defaults of steps, learning_rate, questions_per_step and
