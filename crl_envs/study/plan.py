@@ -178,6 +178,7 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
     from crl_envs.valuation.cost import distinct_calls, memoised_models
 
     seen: set[str] = set()
+    calls_memo: dict[tuple, float] = {}  # calls per episode of (protocol, options, pool size, coalition size)
     out = []
     for cell in plan:
         s = cell.spec
@@ -191,6 +192,8 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
             _refuse_large(cell, estimator, sum(per_size.values()))
             runs = episodes = calls = 0.0
             if sum(per_size.values()) > LISTED_COALITIONS or (s["budget"] or 0) > LISTED_COALITIONS:
+                # too many coalitions to list (or to play through the distinct-request estimate): every
+                # request counted, an upper bound on what the request memo will generate
                 played = [(s["protocol"]["protocol"], s["protocol"]["options"], k, c) for k, c in per_size.items()]
                 for proto, opts, k, count in [*played, ("vote", {}, 1, float(n))]:  # then the models alone
                     memo = (proto, digest(opts), n, k)
