@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: pattern that matches a module places it (``fnmatch``: ``agents.*`` is every module under ``agents``).
 LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     "options": (0, ("crl_envs.options",)),
+    "stats": (0, ("crl_envs.stats",)),
     "sandbox": (0, ("crl_envs.sandbox", "crl_envs.sandbox.*")),
     "backends": (0, ("agents", "agents.*")),
     "tasks": (1, ("crl_envs.tasks", "crl_envs.tasks.*")),

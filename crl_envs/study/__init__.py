@@ -112,7 +112,9 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
                 vcells.append({"report": r["report"], "labels": {"pool": c.spec["pool_label"],
                                                                  "protocol": c.spec["protocol_label"],
                                                                  "task": c.spec["task_label"]}})
-        out["valuation"] = valuation_tables(vcells, alpha=config.valuation.alpha)
+        v = config.valuation
+        out["valuation"] = valuation_tables(vcells, alpha=v.alpha, delta=v.delta, families=v.families,
+                                            resamples=v.bootstrap_resamples)
     if config.training is not None and any(c.kind == "training" for c in planned):
         baselines, runs = {}, defaultdict(lambda: defaultdict(dict))
         for c in planned:
