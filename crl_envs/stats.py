@@ -101,6 +101,22 @@ def _inversions(n: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+@functools.lru_cache(maxsize=16)
+def _spearman_null(n: int) -> np.ndarray:
+    """Spearman's rho over all ``n!`` orderings of untied values (the null depends on ``n`` alone)."""
+    return spearman_rho(np.arange(n), _permutations(n))
+
+
+def _kendall_null_no_ties(n: int) -> dict[float, float]:
+    """Kendall's tau over all orderings of ``n`` untied values: ``value -> probability``."""
+    counts = np.array(_inversions(n), dtype=float)
+    taus = np.round(1 - 2 * np.arange(len(counts)) / (n * (n - 1) / 2), 9)
+    out: dict[float, float] = {}
+    for t, c in zip(taus.tolist(), (counts / counts.sum()).tolist()):
+        out[t] = out.get(t, 0.0) + c
+    return out
+
+
 def _kendall_exact_no_ties(n: int, observed: float) -> float:
     """Two-sided exact p of tau-b = ``observed`` with ``n`` untied models: ``P(|T| >= |t|)``."""
     counts = np.array(_inversions(n), dtype=float)
@@ -115,12 +131,20 @@ def permutation_null(x: np.ndarray, y: np.ndarray, statistic: str = "kendall", d
     random orderings. Returns ``(values, exact)``."""
     y = np.asarray(y, float)
     n = len(y)
-    if n <= EXACT_PERMUTATION_LIMIT:
-        perms, exact = _permutations(n), True
-    else:
-        rng = np.random.default_rng(seed)
-        perms, exact = np.stack([rng.permutation(n) for _ in range(draws)]), False
-    return STATISTICS[statistic](x, y[perms]), exact
+    if n <= EXACT_PERMUTATION_LIMIT:  # the values over all orderings depend on the two tie patterns alone
+        return _exact_null(statistic, tuple(np.sort(stats.rankdata(x)).tolist()),
+                           tuple(np.sort(stats.rankdata(y)).tolist())), True
+    rng = np.random.default_rng(seed)
+    perms = np.stack([rng.permutation(n) for _ in range(draws)])
+    return STATISTICS[statistic](x, y[perms]), False
+
+
+@functools.lru_cache(maxsize=256)  # at most 256 x 8! values (83 MB)
+def _exact_null(statistic: str, x_ranks: tuple[float, ...], y_ranks: tuple[float, ...]) -> np.ndarray:
+    """The statistic of ``x_ranks`` against every ordering of ``y_ranks`` (read-only, cached)."""
+    values = STATISTICS[statistic](np.array(x_ranks), np.array(y_ranks)[_permutations(len(y_ranks))])
+    values.setflags(write=False)
+    return values
 
 
 def _tail_at_max(null: np.ndarray) -> float:
@@ -193,8 +217,13 @@ def correlation(x: Sequence[float], y: Sequence[float], statistic: str = "kendal
     observed = float(STATISTICS[statistic](x, y))
     if n < 2 or math.isnan(observed):  # a constant ranking carries no information
         return Correlation(statistic, float("nan"), float("nan"), True, n, 1.0)
-    if statistic == "kendall" and len(set(x)) == n and len(set(y)) == n:
+    untied = len(set(x)) == n and len(set(y)) == n
+    if statistic == "kendall" and untied:
         return Correlation(statistic, observed, _kendall_exact_no_ties(n, observed), True, n, min_p_value(n))
+    if statistic == "spearman" and untied and n <= EXACT_PERMUTATION_LIMIT:
+        null = _spearman_null(n)
+        return Correlation(statistic, observed, float(np.mean(np.abs(null) >= abs(observed) - _EPS)), True, n,
+                           _tail_at_max(null))
     null, exact = permutation_null(x, y, statistic, seed=seed)
     hits = int(np.sum(np.abs(null) >= abs(observed) - _EPS))
     p = hits / len(null) if exact else (hits + 1) / (len(null) + 1)
@@ -272,9 +301,13 @@ def grouped_permutation_test(pairs: Sequence[tuple[Sequence[float], Sequence[flo
     if exact is not False and small:
         dist = {0.0: 1.0}
         for ps in members.values():
-            perms = _permutations(len(ps[0][0]))
-            values = sum(f(x, y[perms]) for x, y in ps)
-            dist = _convolve(dist, _distribution(values), max_support)
+            (x0, y0), n0 = ps[0], len(ps[0][0])
+            if len(ps) == 1 and statistic == "kendall" and len(set(x0)) == n0 == len(set(y0)):
+                group_dist = _kendall_null_no_ties(n0)  # one untied setting: the Mahonian numbers
+            else:
+                perms = _permutations(n0)
+                group_dist = _distribution(sum(f(x, y[perms]) for x, y in ps))
+            dist = _convolve(dist, group_dist, max_support)
             if dist is None:
                 break
     if dist is not None:
@@ -313,8 +346,20 @@ def tau_bootstrap(x: np.ndarray, y: np.ndarray, *, resamples: int = 2000, seed: 
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape != y.shape or x.ndim != 2:
         raise ValueError(f"tau_bootstrap needs two (models, questions) tables of one shape, got {x.shape} and {y.shape}")
-    idx = question_resamples(x.shape[1], resamples, seed)
-    return kendall_tau_b(x[:, idx].mean(-1).T, y[:, idx].mean(-1).T)
+    weights = _resample_weights(x.shape[1], resamples, seed)
+    # einsum's own loop, not BLAS: a BLAS thread pool on a busy machine is 40x slower for these sizes
+    means = [np.einsum("mq,qr->rm", t, weights, optimize=False) for t in (x, y)]
+    return kendall_tau_b(*means)
+
+
+@functools.lru_cache(maxsize=32)
+def _resample_weights(questions: int, resamples: int, seed: int) -> np.ndarray:
+    """``(questions, resamples)``: how often each question is drawn in :func:`question_resamples`, over
+    ``questions``, so that ``table @ weights`` are the resampled means."""
+    idx = question_resamples(questions, resamples, seed)
+    flat = (idx + questions * np.arange(resamples)[:, None]).ravel()
+    counts = np.bincount(flat, minlength=resamples * questions).reshape(resamples, questions)
+    return counts.T / questions
 
 
 def percentile_ci(boots: np.ndarray, level: float) -> tuple[float, float] | None:
