@@ -17,19 +17,20 @@ Valuation verdicts, per setting (or per group of settings, e.g. a pool x method 
   tests at ``alpha``: an equivalence verdict, not "p >= alpha");
 - ``inconclusive`` — anything else (a significant *negative* tau included; the setting says so).
 
-Validated against planted truth (``tests/test_study_verdicts.py``, synthetic pools of 5 and 8 models
-run through :func:`crl_envs.study.stats.valuation_tables`, alpha = 0.05, delta = 0.3; figures measured
-with the suite's seeds on a loaded 2-core machine, no LM):
+Validated against planted truth (``tests/test_study_verdicts.py``: synthetic pools whose per-question
+correctness is drawn from chosen individual and compositional rates, run through
+:func:`crl_envs.study.stats.valuation_tables`, one study per pool; alpha = 0.05, delta = 0.3, no LM;
+measured 2026-12-03 on the suite's seeds):
 
-- ``decoupled`` when tau is truly ``>= delta`` (true tau of the noise-free strengths 0.33-0.43,
-  n = 8, 200 questions): 0 of 300 studies (false rate 0.0 <= alpha);
-- ``decoupled`` when tau is truly 0 (n = 8, 2000 questions): 40 of 300 (the equivalence verdict
-  needs many models and little noise; the design paragraph says so);
-- ``coupled`` at population tau = 0.5 (Gaussian copula, n = 8, 400 questions): 139 of 300 (0.46)
-  against a simulated power of 0.49 (:func:`power_at_tau`; question noise costs a little);
-- pooled test under the null (4 pools x 3 protocols sharing one individual vector per pool,
-  compositional values correlated across protocols): one permutation per pool rejects in 12 of 300
-  (0.04 <= alpha); permuting each setting independently (the old test) rejects in 63 of 300 (0.21).
+- ``decoupled`` when tau is truly ``>= delta`` (8 models, noise-free tau 0.357 or 0.429, 100-400
+  questions): 0 of 200 studies (false rate 0.00 <= alpha; all 200 were ``inconclusive``);
+- ``decoupled`` when tau is truly 0 (8 models, 1000 questions): 20 of 20;
+- ``coupled`` at population tau = 0.5 (Gaussian copula, 8 models, 400 questions): 56 of 200 (0.28)
+  against a simulated noise-free power of 0.34 (:func:`power_at_tau`; question noise blurs the ranking);
+- the pooled test under the null (4 pools x 3 protocols, one individual vector per pool, compositional
+  values sharing a model effect across a pool's protocols): one permutation per pool rejects in 13 of
+  200 (0.065, within Monte Carlo error of alpha: the test is exact under exchangeable labels);
+  permuting each setting on its own (the former stratified test) rejects in 44 of 200 (0.22).
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from crl_envs import stats
+from crl_envs import stats, study
+from crl_envs.study.plan import design
 from crl_envs.study.stats import valuation_design, valuation_tables
 from crl_envs.study.tables import valuation_markdown
 from crl_envs.valuation.report import Measure, ValuationReport
@@ -242,6 +243,7 @@ def test_tables_per_setting_and_per_pool_family_recomputed():
     md = valuation_markdown(t)
     assert "untestable" in md and "does not predict" not in md and "(pool, family) units" in md
     assert t["design"]["untestable_settings"] == 1 and "can never reject" in t["design"]["paragraph"]
+    assert pf[("six", "agg")]["min_p_value"] == pytest.approx(2 / math.factorial(6))  # one permutation: one floor
 
 
 def test_design_reports_min_p_and_power_per_pool():
@@ -250,3 +252,18 @@ def test_design_reports_min_p_and_power_per_pool():
     assert (a["settings"], a["min_p_value"], b["min_p_value"]) == (3, pytest.approx(2 / 40320), pytest.approx(1 / 12))
     assert a["power"] == stats.power_at_tau(8) and b["power"] == 0.0
     assert d["untestable_settings"] == 2 and "2 setting(s) can never reject" in d["paragraph"]
+
+
+def test_config_families_and_pool_tasks():
+    config = study.load_config({
+        "pools": {"four": [{"expert": a} for a in (0.8, 0.7, 0.6, 0.5)], "three": [{"expert": a} for a in (0.8, 0.6, 0.4)]},
+        "tasks": {"arith": {"n": 10}, "logic": {"n": 10}},
+        "protocols": {"vote": {}, "debate": {}, "routing": {}},
+        "valuation": {"families": {"api": ["routing"], "text": ["aggregation", "debate"]},
+                      "pool_tasks": {"three": ["logic"]}}})
+    v = config.valuation
+    assert v.families == {"vote": "text", "debate": "text", "routing": "api"} and v.delta == DELTA
+    ids = [c.id for c in study.plan(config) if c.kind == "valuation"]
+    assert len(ids) == 3 * 2 + 3 * 1 and not any(c.startswith("valuation/three/") and "/arith/" in c for c in ids)
+    d = design(config)
+    assert [(p["pool"], p["settings"]) for p in d["pools"]] == [("four", 6), ("three", 3)]

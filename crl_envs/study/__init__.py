@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
-from crl_envs.study.plan import CELL_VERSION, Cell, cells, estimate
+from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate
 from crl_envs.study.runner import environment, jsonable, load_result, run_cells
 from crl_envs.study.stats import training_tables, valuation_tables
 from crl_envs.study.tables import markdown, plots
@@ -42,7 +42,8 @@ def plan(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: st
 
 
 def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
-    """The ``--dry-run`` text: cells by kind (pending / done), coalition runs, episodes, model calls, tokens."""
+    """The ``--dry-run`` text: cells by kind (pending / done), coalition runs, episodes, model calls, tokens;
+    then what the valuation design can show (per pool: smallest attainable p, power at tau = 0.5)."""
     rows = defaultdict(lambda: {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0})
     for c in planned:
         r = rows[c.kind]
@@ -67,6 +68,12 @@ def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
     lines.append(f"| all | {total['cells']} | {total['done']} | | {total['episodes']:,.0f} | {total['calls']:,.0f} | "
                  f"{total['tokens']:,.0f} |")
     lines.append("(valuation coalitions shared by several cells are counted once; tokens = calls x max_new_tokens)")
+    d = design(config)
+    if d is not None:
+        lines += ["", "| valuation pool | models | settings | smallest p | power at tau 0.5 |", "|---|---|---|---|---|"]
+        lines += [f"| {p['pool']} | {p['n']} | {p['settings']} | {p['min_p_value']:.3g} | {p['power']:.2f} |"
+                  for p in d["pools"]]
+        lines += ["", d["paragraph"]]
     return "\n".join(lines)
 
 

@@ -28,6 +28,8 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
     alpha = 0.05
     delta = 0.3                         # "decoupled": the CI of tau inside (-delta, +delta) (crl_envs.stats)
 
+    pool_tasks = {zoo = ["arith"]}      # optional: a pool valued on some tasks only (default: every task)
+
     [valuation.families]                # optional: family label = protocol labels or library families
     api = ["routing", "cascade"]        # default: each protocol's library family (crl_envs.protocols.FAMILIES)
     text = ["aggregation", "judging", "text exchange"]
@@ -187,6 +189,11 @@ class ValuationConfig:
     bootstrap_resamples: int
     delta: float = 0.3
     families: dict[str, str] = field(default_factory=dict)  # protocol label -> family label
+    pool_tasks: dict[str, list[str]] = field(default_factory=dict)  # pool label -> its tasks (default: tasks)
+
+    def tasks_of(self, pool: str) -> list[str]:
+        """The tasks pool ``pool`` is valued on: its ``pool_tasks`` entry, else ``tasks``."""
+        return self.pool_tasks.get(pool, self.tasks)
 
     def estimator_for(self, n: int) -> str:
         """The estimator for a pool of ``n`` models."""
@@ -413,7 +420,7 @@ def _sampling(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig:
     valid = ["pools", "protocols", "tasks", "estimator", "samples", "seeds", "budget", "alpha", "ci_level",
-             "bootstrap_resamples", "delta", "families"]
+             "bootstrap_resamples", "delta", "families", "pool_tasks"]
     _unknown_keys("valuation", spec, valid)
     if not protocols:
         raise _error("protocols", "valuation needs at least one protocol, e.g. [protocols.vote]")
@@ -448,8 +455,14 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
     if not 0 < delta < 1:
         raise _error("valuation.delta", f"must lie strictly between 0 and 1 (e.g. 0.3), got {delta!r}")
     chosen = _labels("valuation.protocols", spec.get("protocols"), protocols, "protocol")
+    valued = _labels("valuation.pools", spec.get("pools"), pools, "pool")
+    pool_tasks = _table("valuation.pool_tasks", spec.get("pool_tasks"))
+    for pool, listed in pool_tasks.items():
+        if pool not in valued:
+            raise _error(f"valuation.pool_tasks.{pool}", f"is not a valued pool; valued pools: {', '.join(valued)}")
+        pool_tasks[pool] = _labels(f"valuation.pool_tasks.{pool}", listed, tasks, "task")
     return ValuationConfig(
-        pools=_labels("valuation.pools", spec.get("pools"), pools, "pool"),
+        pools=valued, pool_tasks=pool_tasks,
         protocols=chosen, delta=delta,
         families=_families(_table("valuation.families", spec.get("families")), {p: protocols[p] for p in chosen}),
         tasks=_labels("valuation.tasks", spec.get("tasks"), tasks, "task"),

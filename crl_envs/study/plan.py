@@ -56,7 +56,7 @@ def cells(config: StudyConfig) -> list[Cell]:
     if v is not None:
         for pool in v.pools:
             for proto in v.protocols:
-                for task in v.tasks:
+                for task in v.tasks_of(pool):
                     for seed in v.seeds:
                         spec = {
                             "pool": config.pools[pool].describe(), "pool_label": pool,
@@ -132,6 +132,20 @@ def _masks(estimator: str, n: int, budget: int | None, seed: int) -> list[int]:
         return loo_masks(n)
     perms = sample_permutations(n, budget, seed=seed, antithetic=estimator == "antithetic")
     return list(dict.fromkeys(loo_masks(n) + [m for m in permutation_weights(perms)[0] if m]))
+
+
+def design(config: StudyConfig) -> dict[str, Any] | None:
+    """What the valuation design can show before anything runs: per pool its size, the smallest attainable
+    p and the power at tau = 0.5 (:func:`crl_envs.study.stats.valuation_design`); ``None`` without a
+    valuation."""
+    from crl_envs.study.stats import valuation_design
+
+    v = config.valuation
+    if v is None:
+        return None
+    return valuation_design([(pool, _pool_size(config.pools[pool].describe())) for pool in v.pools
+                             for _ in range(len(v.protocols) * len(v.tasks_of(pool)) * len(v.seeds))],
+                            alpha=v.alpha, delta=v.delta)
 
 
 def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:

@@ -225,12 +225,14 @@ def design_paragraph(d: Mapping[str, Any]) -> str:
             + "; ".join(parts) + "."]
     if d["untestable_settings"]:
         text.append(f"{d['untestable_settings']} setting(s) can never reject at alpha = {a:g} whatever the data "
-                    f"(untestable, counted as such, never as uncorrelated); only pooled verdicts speak for them.")
+                    f"(untestable, counted as such, never as uncorrelated). Pooling a pool's settings cannot lower "
+                    f"its floor (they share one permutation of its models); only more models per pool, or the "
+                    f"tests across pools, can.")
     weak = [p["pool"] for p in pools if p["min_p_value"] <= a and p["power"] < 0.8]
     if weak:
         text.append(f"Single settings of {', '.join(weak)} detect a true tau of {d['power_tau']:g} less than 80% of "
-                    f"the time: a setting that is not coupled is weak evidence; the (pool, family) verdicts pool "
-                    f"settings for more power.")
+                    f"the time: a setting that is not coupled is weak evidence (pooling a pool's settings averages "
+                    f"their question noise but keeps the pool's floor).")
     text.append(f"'decoupled' needs the {100 * (1 - 2 * a):g}% CI of tau inside +/-{d['delta']:g}, which few models or "
                 f"few questions rarely give; its rate of false 'decoupled' is at most alpha when tau >= "
                 f"{d['delta']:g} (crl_envs.stats). The CIs resample questions with the models fixed: they speak for "
