@@ -3,16 +3,18 @@ process, local worker processes or Ray, with the paper's statistics computed fro
 
     >>> from crl_envs import study                                                # doctest: +SKIP
     >>> result = study.run("studies/paper-small.toml")                            # doctest: +SKIP
-    >>> result["valuation"]["summary"]["uncorrelated"], result["training"]["summary"]["crl_strongest"]  # doctest: +SKIP
+    >>> result["valuation"]["summary"]["counts"], result["training"]["summary"]["crl_strongest"]  # doctest: +SKIP
 
 - :func:`load_config` — read and validate a config (one-line errors naming the key and the fix);
 - :func:`plan` — its cells with their fingerprints and cost, before anything runs (``--dry-run``);
 - :func:`run` — run what is not finished, then write ``study.json``, ``study.md`` and the plots.
 
 ``study.json`` holds ``valuation.settings`` (one entry per pool x protocol x task x seed: ``pool``,
-``family``, ``protocol``, ``task``, per-model ``individual`` / ``loo`` / ``shapley``, ``kendall_tau``,
-``p_value``), ``valuation.summary`` (``uncorrelated``, ``settings``, ``alpha``, per-family counts under
-``families``), ``training.settings`` (one per setup x task: ``protocol``, ``task``, per-trainer ``delta``
+``family``, ``protocol``, ``task``, ``n``, per-model ``individual`` / ``loo`` / ``shapley``, ``kendall_tau``
+with ``tau_ci``, ``p_value``, ``min_p_value`` and ``verdict``, and the same per measure under
+``measures``), ``valuation.summary`` (``counts`` per verdict, ``alpha``, ``delta``, per family under
+``families`` and per (pool, family) under ``pool_families`` a pooled verdict), ``valuation.design`` (what
+the design can show: per pool the smallest attainable p and the power at tau = 0.5), ``training.settings`` (one per setup x task: ``protocol``, ``task``, per-trainer ``delta``
 with ``ci``, ``winner``, ``significant``) and ``training.summary`` (``crl_strongest``, ``settings``,
 per-trainer ``mean_gain``, ``gain_ratio`` per baseline with ``ci``, ``max_gain``). Fractions, not points.
 """
