@@ -57,7 +57,7 @@ def cells(config: StudyConfig) -> list[Cell]:
     if v is not None:
         for pool in v.pools:
             for proto in v.protocols:
-                for task in v.tasks:
+                for task in v.tasks_of(pool):
                     for seed in v.seeds:
                         spec = {
                             "pool": config.pools[pool].describe(), "pool_label": pool,
@@ -168,6 +168,20 @@ def _refuse_large(cell: Cell, estimator: str, runs: float) -> None:
             'valuation.estimator (e.g. {exact_up_to = 10, larger = "permutation"} with budget = 200)'
         raise StudyConfigError(f"study config: {cell.id} plans about {runs:,.0f} coalition runs, more than the "
                                f"{MAX_COALITION_RUNS:,} a cell runs; lower {key}")
+
+
+def design(config: StudyConfig) -> dict[str, Any] | None:
+    """What the valuation design can show before anything runs: per pool its size, the smallest attainable
+    p and the power at tau = 0.5 (:func:`crl_envs.study.stats.valuation_design`); ``None`` without a
+    valuation."""
+    from crl_envs.study.stats import valuation_design
+
+    v = config.valuation
+    if v is None:
+        return None
+    return valuation_design([(pool, _pool_size(config.pools[pool].describe())) for pool in v.pools
+                             for _ in range(len(v.protocols) * len(v.tasks_of(pool)) * len(v.seeds))],
+                            alpha=v.alpha, delta=v.delta)
 
 
 def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
