@@ -125,7 +125,7 @@ def run_one(bench: Benchmark, *, max_load: float, allow_loaded: bool) -> dict:
     output = done.stdout + (("\n--- stderr (tail) ---\n" + done.stderr[-2000:]) if done.returncode else "")
     return {"command": " ".join(bench.argv), "what": bench.what, "returncode": done.returncode,
             "wall_s": round(wall, 1), "load_before": round(before, 2), "load_after": round(after, 2),
-            "loaded": before > max_load, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "loaded": before > max_load, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "machine": machine(), "output": output}
 
 

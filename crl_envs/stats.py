@@ -1,17 +1,537 @@
-"""The statistics the study's verdicts rest on (numpy, scipy and the standard library only: rank 0).
+"""The project's statistics in one place (numpy, scipy and the standard library only; rank 0).
 
-Training verdicts (the section below): an exact sign-flip permutation test of paired differences, a
-paired t-test over seeds, the bootstrap over seeds then questions that gives a training Δ its CI, and
+Rank correlation (:func:`kendall_tau_b`, :func:`spearman_rho`, :func:`correlation`) with **exact**
+permutation p-values; the smallest p-value a design can ever give (:func:`min_p_value`: ``2 / n!``
+two-sided with ``n`` models and no ties, larger with ties); the pooled permutation test with one
+permutation of model labels per group (:func:`grouped_permutation_test`: the settings of one pool
+share its models, so they are permuted together); percentile bootstrap CIs over questions
+(:func:`bootstrap_cis`, :func:`paired_bootstrap_ci`, :func:`tau_bootstrap`); the design's power
+(:func:`power_at_tau`); and the valuation verdicts (:func:`verdict`).
+
+Valuation verdicts, per setting (or per group of settings, e.g. a pool x method family):
+
+- ``untestable`` — the smallest attainable two-sided p exceeds ``alpha``: whatever the data, the exact
+  test cannot reject (3 models: 1/3, 4 models: 1/12); such a setting is evidence of nothing;
+- ``coupled`` — the exact permutation test rejects at ``alpha`` with a positive tau;
+- ``decoupled`` — the ``1 - 2 alpha`` bootstrap CI of tau lies inside ``(-delta, +delta)`` (two one-sided
+  tests at ``alpha``: an equivalence verdict, not "p >= alpha");
+- ``inconclusive`` — anything else (a significant *negative* tau included; the setting says so).
+
+Validated against planted truth (``tests/test_study_verdicts.py``: synthetic pools whose per-question
+correctness is drawn from chosen individual and compositional rates, run through
+:func:`crl_envs.study.stats.valuation_tables`, one study per pool; alpha = 0.05, delta = 0.3, no LM;
+measured 2026-12-03 on the suite's seeds):
+
+- ``decoupled`` when tau is truly ``>= delta`` (8 models, noise-free tau 0.357 or 0.429, 100-400
+  questions): 0 of 200 studies (false rate 0.00 <= alpha; all 200 were ``inconclusive``);
+- ``decoupled`` when tau is truly 0 (8 models, 1000 questions): 20 of 20;
+- ``coupled`` at population tau = 0.5 (Gaussian copula, 8 models, 400 questions): 56 of 200 (0.28)
+  against a simulated noise-free power of 0.34 (:func:`power_at_tau`; question noise blurs the ranking);
+- the pooled test under the null (4 pools x 3 protocols, one individual vector per pool, compositional
+  values sharing a model effect across a pool's protocols): one permutation per pool rejects in 13 of
+  200 (0.065, within Monte Carlo error of alpha: the test is exact under exchangeable labels);
+  permuting each setting on its own (the former stratified test) rejects in 44 of 200 (0.22).
+
+Training verdicts (the section at the end): an exact sign-flip permutation test of paired differences,
+a paired t-test over seeds, the bootstrap over seeds then questions that gives a training Δ its CI, and
 a ratio of two means with a bootstrap CI that says why it is undefined when it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as _scipy_stats
+from scipy import stats
+
+EXACT_PERMUTATION_LIMIT = 8
+"""Rank-correlation p-values enumerate all n! orderings up to this many models (8! = 40320)."""
+VERDICTS = ("coupled", "decoupled", "untestable", "inconclusive")
+DEFAULT_DELTA = 0.3
+"""The equivalence margin of ``decoupled``: |tau| < 0.3 means individual strength orders a pair of models
+the same way as compositional strength at most 65% of the time (``(1 + tau) / 2``), barely better than a
+coin."""
+_EPS = 1e-12
+
+
+# ---------------------------------------------------------------------- rank correlation
+def _sign_matrix(v: np.ndarray) -> np.ndarray:
+    return np.sign(v[..., :, None] - v[..., None, :])
+
+
+def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Kendall's tau-b of ``x`` against each row of ``y`` (``(..., n)``; ``x`` may be batched the same
+    way); NaN when either is constant."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    sx, sy = _sign_matrix(x), _sign_matrix(y)
+    s = (sx * sy).sum(axis=(-1, -2)) / 2
+    tx = (sx != 0).sum(axis=(-1, -2)) / 2  # pairs not tied in x
+    ty = (sy != 0).sum(axis=(-1, -2)) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return s / np.sqrt(tx * ty)
+
+
+def spearman_rho(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rho (Pearson of average ranks) of ``x`` against each row of ``y``."""
+    rx = stats.rankdata(np.asarray(x, float))
+    ry = stats.rankdata(np.asarray(y, float), axis=-1)
+    rx, ry = rx - rx.mean(), ry - ry.mean(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (ry * rx).sum(-1) / np.sqrt((rx**2).sum() * (ry**2).sum(-1))
+
+
+STATISTICS = {"kendall": kendall_tau_b, "spearman": spearman_rho}
+
+
+@functools.lru_cache(maxsize=16)
+def _permutations(n: int) -> np.ndarray:
+    return np.array(list(itertools.permutations(range(n))), dtype=np.int64).reshape(-1, n)
+
+
+@functools.lru_cache(maxsize=64)
+def _inversions(n: int) -> tuple[int, ...]:
+    """How many of the ``n!`` orderings have ``k`` inversions, ``k = 0 .. n(n-1)/2`` (Mahonian numbers)."""
+    counts = [1]
+    for m in range(2, n + 1):
+        new = [0] * (len(counts) + m - 1)
+        for k, c in enumerate(counts):
+            for j in range(m):
+                new[k + j] += c
+        counts = new
+    return tuple(counts)
+
+
+@functools.lru_cache(maxsize=16)
+def _spearman_null(n: int) -> np.ndarray:
+    """Spearman's rho over all ``n!`` orderings of untied values (the null depends on ``n`` alone)."""
+    return spearman_rho(np.arange(n), _permutations(n))
+
+
+def _kendall_null_no_ties(n: int) -> dict[float, float]:
+    """Kendall's tau over all orderings of ``n`` untied values: ``value -> probability``."""
+    counts = np.array(_inversions(n), dtype=float)
+    taus = np.round(1 - 2 * np.arange(len(counts)) / (n * (n - 1) / 2), 9)
+    out: dict[float, float] = {}
+    for t, c in zip(taus.tolist(), (counts / counts.sum()).tolist()):
+        out[t] = out.get(t, 0.0) + c
+    return out
+
+
+def _kendall_exact_no_ties(n: int, observed: float) -> float:
+    """Two-sided exact p of tau-b = ``observed`` with ``n`` untied models: ``P(|T| >= |t|)``."""
+    counts = np.array(_inversions(n), dtype=float)
+    pairs = n * (n - 1) / 2
+    taus = 1 - 2 * np.arange(len(counts)) / pairs
+    return float(counts[np.abs(taus) >= abs(observed) - _EPS].sum() / counts.sum())
+
+
+def permutation_null(x: np.ndarray, y: np.ndarray, statistic: str = "kendall", draws: int = 20000,
+                     seed: int = 0) -> tuple[np.ndarray, bool]:
+    """The statistic over every ordering of ``y`` against ``x`` (``n <= 8``), else over ``draws``
+    random orderings. Returns ``(values, exact)``."""
+    y = np.asarray(y, float)
+    n = len(y)
+    if n <= EXACT_PERMUTATION_LIMIT:  # the values over all orderings depend on the two tie patterns alone
+        return _exact_null(statistic, tuple(np.sort(stats.rankdata(x)).tolist()),
+                           tuple(np.sort(stats.rankdata(y)).tolist())), True
+    rng = np.random.default_rng(seed)
+    perms = np.stack([rng.permutation(n) for _ in range(draws)])
+    return STATISTICS[statistic](x, y[perms]), False
+
+
+@functools.lru_cache(maxsize=256)  # at most 256 x 8! values (83 MB)
+def _exact_null(statistic: str, x_ranks: tuple[float, ...], y_ranks: tuple[float, ...]) -> np.ndarray:
+    """The statistic of ``x_ranks`` against every ordering of ``y_ranks`` (read-only, cached)."""
+    values = STATISTICS[statistic](np.array(x_ranks), np.array(y_ranks)[_permutations(len(y_ranks))])
+    values.setflags(write=False)
+    return values
+
+
+def _tail_at_max(null: np.ndarray) -> float:
+    """The share of the null at its most extreme ``|value|``: the smallest two-sided p it can give."""
+    a = np.abs(null[~np.isnan(null)])
+    return float(np.mean(np.abs(null) >= a.max() - _EPS)) if a.size else 1.0
+
+
+def min_p_value(n: int, x: Sequence[float] | None = None, y: Sequence[float] | None = None,
+                statistic: str = "kendall") -> float:
+    """The smallest two-sided permutation p-value any ordering could give ``n`` models: ``2 / n!`` with
+    no ties (1/3 at n = 3, 1/12 at n = 4, 1/60 at n = 5, 1/20160 at n = 8). With the observed values
+    ``x`` and ``y`` their ties count: the share of orderings at the null's most extreme value (exact up to
+    :data:`EXACT_PERMUTATION_LIMIT` models, a Monte Carlo estimate above). 1.0 when either is constant.
+
+    Raises:
+        ValueError: ``n < 1``, or ``x`` / ``y`` not of length ``n``.
+    """
+    if n < 1:
+        raise ValueError(f"min_p_value needs n >= 1 models, got {n}")
+    if x is None or y is None:
+        return 1.0 if n < 2 else min(1.0, 2 / math.factorial(n))
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.shape != (n,) or y.shape != (n,):
+        raise ValueError(f"min_p_value: x and y must have n = {n} values, got shapes {x.shape} and {y.shape}")
+    if len(set(x)) < 2 or len(set(y)) < 2:
+        return 1.0
+    if len(set(x)) == n and len(set(y)) == n and statistic == "kendall":
+        return min_p_value(n)
+    return _tail_at_max(permutation_null(x, y, statistic)[0])
+
+
+@dataclass
+class Correlation:
+    """A rank correlation with its permutation p-value (two-sided: ``P(|T| >= |t|)`` under
+    exchangeability of the models' orderings) and ``min_p``, the smallest p-value these models could
+    give (ties included; ``None``: ``2 / n!``)."""
+
+    statistic: str
+    value: float
+    p_value: float
+    exact: bool
+    n: int
+    min_p: float | None = None
+
+    @property
+    def min_p_value(self) -> float:
+        """The smallest p-value any ordering of these models could give: ``2 / n!`` without ties."""
+        return min_p_value(self.n) if self.min_p is None else self.min_p
+
+
+def correlation(x: Sequence[float], y: Sequence[float], statistic: str = "kendall", seed: int = 0) -> Correlation:
+    """Rank correlation of ``x`` and ``y`` with its exact permutation p-value (every ordering up to 8
+    models; Kendall's tau without ties exactly at any ``n``; else Monte Carlo).
+
+    Example:
+        >>> c = correlation([1, 2, 3], [1, 2, 3])
+        >>> round(c.value, 3), round(c.p_value, 4), round(c.min_p_value, 4)   # n = 3: p never below 1/3
+        (1.0, 0.3333, 0.3333)
+
+    Raises:
+        ValueError: an unknown statistic, or inputs that are not two 1-d sequences of equal length.
+    """
+    if statistic not in STATISTICS:
+        raise ValueError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"correlation needs two 1-d sequences of equal length, got shapes {x.shape} and {y.shape}")
+    n = len(x)
+    observed = float(STATISTICS[statistic](x, y))
+    if n < 2 or math.isnan(observed):  # a constant ranking carries no information
+        return Correlation(statistic, float("nan"), float("nan"), True, n, 1.0)
+    untied = len(set(x)) == n and len(set(y)) == n
+    if statistic == "kendall" and untied:
+        return Correlation(statistic, observed, _kendall_exact_no_ties(n, observed), True, n, min_p_value(n))
+    if statistic == "spearman" and untied and n <= EXACT_PERMUTATION_LIMIT:
+        null = _spearman_null(n)
+        return Correlation(statistic, observed, float(np.mean(np.abs(null) >= abs(observed) - _EPS)), True, n,
+                           _tail_at_max(null))
+    null, exact = permutation_null(x, y, statistic, seed=seed)
+    hits = int(np.sum(np.abs(null) >= abs(observed) - _EPS))
+    p = hits / len(null) if exact else (hits + 1) / (len(null) + 1)
+    return Correlation(statistic, observed, p, exact, n, _tail_at_max(null))
+
+
+# ---------------------------------------------------------------------- the pooled test
+def _distribution(values: np.ndarray) -> dict[float, float]:
+    keys, counts = np.unique(np.round(values, 9), return_counts=True)
+    return dict(zip(keys.tolist(), (counts / counts.sum()).tolist()))
+
+
+def _convolve(a: dict[float, float], b: dict[float, float], limit: int) -> dict[float, float] | None:
+    if len(a) * len(b) > 50 * limit:
+        return None
+    out: dict[float, float] = {}
+    for va, pa in a.items():
+        for vb, pb in b.items():
+            k = round(va + vb, 9)
+            out[k] = out.get(k, 0.0) + pa * pb
+        if len(out) > limit:
+            return None
+    return out
+
+
+def _tail(values: np.ndarray, observed: float, alternative: str) -> np.ndarray:
+    eps = 1e-9
+    if alternative == "greater":
+        return values >= observed - eps
+    if alternative == "less":
+        return values <= observed + eps
+    return np.abs(values) >= abs(observed) - eps
+
+
+def grouped_permutation_test(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], groups: Sequence[Any] | None = None,
+                             *, statistic: str = "kendall", alternative: str = "two-sided", draws: int = 100_000,
+                             seed: int = 0, exact: bool | None = None, max_support: int = 1_000_000) -> dict[str, Any]:
+    """Permutation test of the sum over settings of ``statistic(x_s, y_s)``, permuting model labels
+    **once per group**: the settings of one group (one pool: the same models, often the same individual
+    vector) get the same ordering, groups independent ones. With one group per setting this is the
+    stratified test; with shared models it stays calibrated where the stratified test is not.
+
+    Exact (each group's null over all ``n!`` orderings, convolved across groups) when every group has
+    ``<= 8`` models and the support stays under ``max_support``; else ``draws`` Monte Carlo draws, p =
+    ``(k + 1) / (draws + 1)`` with a Clopper-Pearson 95% interval.
+
+    Returns:
+        ``{"observed", "p_value", "exact", "draws", "p_interval", "min_p_value"}``.
+
+    Raises:
+        ValueError: unknown statistic or alternative, no pairs, or a group whose settings differ in size.
+    """
+    if statistic not in STATISTICS:
+        raise ValueError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"unknown alternative {alternative!r}; choose one of two-sided, greater, less")
+    if not pairs:
+        raise ValueError("grouped_permutation_test needs at least one (x, y) pair")
+    groups = list(range(len(pairs))) if groups is None else list(groups)
+    if len(groups) != len(pairs):
+        raise ValueError(f"got {len(groups)} group labels for {len(pairs)} settings")
+    members: dict[Any, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for g, (x, y) in zip(groups, pairs):
+        members.setdefault(g, []).append((np.asarray(x, float), np.asarray(y, float)))
+    for g, ps in members.items():
+        if len({len(x) for x, _ in ps}) != 1:
+            raise ValueError(f"group {g!r}: its settings have different numbers of models "
+                             f"{sorted({len(x) for x, _ in ps})}; one permutation of labels needs the same models")
+    f = STATISTICS[statistic]
+    observed = float(sum(f(x, y) for x, y in itertools.chain.from_iterable(members.values())))
+    small = all(len(ps[0][0]) <= EXACT_PERMUTATION_LIMIT for ps in members.values())
+    if exact is True and not small:
+        raise ValueError(f"exact=True needs every group to have <= {EXACT_PERMUTATION_LIMIT} models")
+    dist: dict[float, float] | None = None
+    if exact is not False and small:
+        dist = {0.0: 1.0}
+        for ps in members.values():
+            (x0, y0), n0 = ps[0], len(ps[0][0])
+            if len(ps) == 1 and statistic == "kendall" and len(set(x0)) == n0 == len(set(y0)):
+                group_dist = _kendall_null_no_ties(n0)  # one untied setting: the Mahonian numbers
+            else:
+                perms = _permutations(n0)
+                group_dist = _distribution(sum(f(x, y[perms]) for x, y in ps))
+            dist = _convolve(dist, group_dist, max_support)
+            if dist is None:
+                break
+    if dist is not None:
+        support, probs = np.array(list(dist)), np.array(list(dist.values()))
+        p = float(min(1.0, probs[_tail(support, observed, alternative)].sum()))
+        extreme = {"greater": support.max(), "less": support.min()}.get(alternative, np.abs(support).max())
+        min_p = float(min(1.0, probs[_tail(support, extreme, alternative)].sum()))
+        return {"observed": observed, "p_value": p, "exact": True, "draws": None, "p_interval": (p, p),
+                "min_p_value": min_p}
+    rng = np.random.default_rng(seed)
+    total = np.zeros(draws)
+    for ps in members.values():
+        perms = rng.permuted(np.tile(np.arange(len(ps[0][0])), (draws, 1)), axis=1)
+        for x, y in ps:
+            total += f(x, y[perms])
+    hits = int(_tail(total, observed, alternative).sum())
+    p = (hits + 1) / (draws + 1)
+    ci = stats.binomtest(hits, draws).proportion_ci(confidence_level=0.95, method="exact")
+    min_p = float(np.prod([1 / math.factorial(len(ps[0][0])) for ps in members.values()]))
+    return {"observed": observed, "p_value": p, "exact": False, "draws": draws,
+            "p_interval": (float(ci.low), float(ci.high)),
+            "min_p_value": min(1.0, min_p * (2 if alternative == "two-sided" else 1))}
+
+
+# ---------------------------------------------------------------------- bootstrap over questions
+def question_resamples(questions: int, resamples: int, seed: int = 0) -> np.ndarray:
+    """``(resamples, questions)`` question indices drawn with replacement: the same for every table of
+    ``questions`` questions and ``seed``, so settings on the same questions are resampled together."""
+    return np.random.default_rng([seed, questions]).integers(0, questions, size=(resamples, questions))
+
+
+def tau_bootstrap(x: np.ndarray, y: np.ndarray, *, resamples: int = 2000, seed: int = 0) -> np.ndarray:
+    """Kendall tau-b between per-model means of ``x`` and ``y`` (``(models, questions)`` tables on the
+    same questions) under :func:`question_resamples`: ``(resamples,)``, NaN where a resample's ranking is
+    constant. The models are fixed: the spread is the questions' sampling error only."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.shape != y.shape or x.ndim != 2:
+        raise ValueError(f"tau_bootstrap needs two (models, questions) tables of one shape, got {x.shape} and {y.shape}")
+    weights = _resample_weights(x.shape[1], resamples, seed)
+    # einsum's own loop, not BLAS: a BLAS thread pool on a busy machine is 40x slower for these sizes
+    means = [np.einsum("mq,qr->rm", t, weights, optimize=False) for t in (x, y)]
+    return kendall_tau_b(*means)
+
+
+@functools.lru_cache(maxsize=32)
+def _resample_weights(questions: int, resamples: int, seed: int) -> np.ndarray:
+    """``(questions, resamples)``: how often each question is drawn in :func:`question_resamples`, over
+    ``questions``, so that ``table @ weights`` are the resampled means."""
+    idx = question_resamples(questions, resamples, seed)
+    flat = (idx + questions * np.arange(resamples)[:, None]).ravel()
+    counts = np.bincount(flat, minlength=resamples * questions).reshape(resamples, questions)
+    return counts.T / questions
+
+
+def percentile_ci(boots: np.ndarray, level: float) -> list[float] | None:
+    """The central ``level`` percentile interval ``[lo, hi]`` of the non-NaN resamples; ``None`` when over
+    half are NaN."""
+    b = np.asarray(boots, float)
+    b = b[~np.isnan(b)]
+    if b.size * 2 < np.asarray(boots).size or b.size == 0:
+        return None
+    a = (1 - level) / 2
+    return [float(np.quantile(b, a)), float(np.quantile(b, 1 - a))]
+
+
+def check_ci_options(level: Any, resamples: Any) -> None:
+    """One-line errors for a CI level outside (0, 1) or a resample count that is not an int >= 1."""
+    if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
+        hint = f" (a fraction: {level / 100:g} for {level:g}%)" if isinstance(level, (int, float)) and 1 < level < 100 else ""
+        raise ValueError(f"ci_level must be a number in (0, 1), e.g. 0.95, got {level!r}{hint}")
+    if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 1:
+        raise ValueError(f"bootstrap_resamples must be an int >= 1, e.g. 2000, got {resamples!r}")
+
+
+def bootstrap_cis(tables: Mapping[str, np.ndarray], *, resamples: int = 2000, level: float = 0.95,
+                  seed: int = 0, draws: Mapping[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
+    """Percentile CIs of per-model means, resampling questions (the same resamples for every
+    measure, so measures stay paired). Returns ``name -> (models, 2)``.
+
+    A measure with Monte Carlo ``draws[name]`` (``(models, draws)``) has two independent sources of error:
+    the questions and the sampled permutations. Its CI is ``estimate ± t(df) * sqrt(var_q + var_mc)``:
+    ``var_q`` the variance of the question-resampled means (permutations fixed), ``var_mc = s^2 / draws``
+    the Monte Carlo variance from the spread of the draws, and ``df`` Welch-Satterthwaite's
+    (``questions - 1`` and ``draws - 1`` degrees of freedom), so that a budget of a few permutations gets
+    the wide interval it needs.
+
+    Raises:
+        ValueError: a bad level or resample count, or draws not shaped ``(models, >= 2)``.
+    """
+    check_ci_options(level, resamples)
+    q = next(iter(tables.values())).shape[1]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, q, size=(resamples, q))
+    alpha = (1 - level) / 2
+    out = {}
+    for name, table in tables.items():
+        means = table[:, idx].mean(axis=-1)  # (models, resamples)
+        mc = None if draws is None else draws.get(name)
+        if mc is None:
+            out[name] = np.quantile(means, [alpha, 1 - alpha], axis=1).T
+            continue
+        mc = np.asarray(mc, float)
+        if mc.ndim != 2 or mc.shape[0] != table.shape[0] or mc.shape[1] < 2:
+            raise ValueError(f"{name}: Monte Carlo draws must be (models, >= 2 draws), got shape {mc.shape}")
+        var_q = means.var(axis=1, ddof=1)
+        var_mc = mc.var(axis=1, ddof=1) / mc.shape[1]
+        total = var_q + var_mc
+        with np.errstate(invalid="ignore", divide="ignore"):
+            df = total**2 / (var_q**2 / max(q - 1, 1) + var_mc**2 / (mc.shape[1] - 1))
+        half = np.where(total > 0, stats.t.ppf(1 - alpha, np.where(total > 0, df, 1.0)) * np.sqrt(total), 0.0)
+        estimate = table.mean(axis=1)
+        out[name] = np.stack([estimate - half, estimate + half], axis=1)
+    return out
+
+
+class PairedCI(tuple):
+    """``(delta, low, high)``: mean of ``after - before`` and its bootstrap CI, as fractions; unpacks as a
+    3-tuple. ``str()`` reads in points: ``+15.3 points, 95% CI [+11.5, +19.0] (400 questions)``."""
+
+    def __new__(cls, delta: float, low: float, high: float, *, level: float = 0.95, n: int = 0):
+        obj = super().__new__(cls, (float(delta), float(low), float(high)))
+        obj.level, obj.n = level, n
+        return obj
+
+    delta = property(lambda self: self[0])
+    low = property(lambda self: self[1])
+    high = property(lambda self: self[2])
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def __str__(self) -> str:
+        return (f"{100 * self.delta:+.1f} points, {100 * self.level:g}% CI [{100 * self.low:+.1f}, "
+                f"{100 * self.high:+.1f}] ({self.n} questions)")
+
+    def __repr__(self) -> str:
+        return f"PairedCI(delta={self.delta:.4f}, low={self.low:.4f}, high={self.high:.4f}, level={self.level}, n={self.n})"
+
+
+def paired_bootstrap_ci(before: Sequence[float], after: Sequence[float], *, n_boot: int = 10_000, seed: int = 0,
+                        level: float = 0.95) -> PairedCI:
+    """Mean of ``after - before`` over questions and its percentile bootstrap CI (questions resampled).
+
+    ``before[q]`` and ``after[q]`` must score the same question ``q``: equal-length 1-D vectors.
+
+    Raises:
+        ValueError: vectors of different lengths or empty, or a level outside (0, 1).
+    """
+    before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if before.ndim != 1 or after.ndim != 1 or before.size == 0 or before.size != after.size:
+        raise ValueError(
+            f"paired_bootstrap_ci needs two equal-length, non-empty per-question score vectors (question q in both); "
+            f"got shapes {before.shape} and {after.shape}: evaluate both on the same questions"
+        )
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1) (0.95 for a 95% CI), got {level!r}")
+    diff = after - before
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, diff.size, size=(n_boot, diff.size))].mean(axis=1)
+    alpha = (1 - level) / 2
+    return PairedCI(diff.mean(), np.quantile(means, alpha), np.quantile(means, 1 - alpha), level=level, n=diff.size)
+
+
+# --- valuation verdicts ---
+def verdict(tau: float | None, p_value: float | None, min_p: float, ci: tuple[float, float] | None, *,
+            alpha: float = 0.05, delta: float = DEFAULT_DELTA) -> str:
+    """One of :data:`VERDICTS` for an observed tau (see the module docstring): ``untestable`` when
+    ``min_p > alpha``; ``coupled`` when ``p <= alpha`` and ``tau > 0``; ``decoupled`` when the
+    ``1 - 2 alpha`` CI of tau lies strictly inside ``(-delta, delta)``; else ``inconclusive``.
+
+    Raises:
+        ValueError: ``alpha`` or ``delta`` outside (0, 1).
+    """
+    if not 0 < alpha < 1 or not 0 < delta < 1:
+        raise ValueError(f"verdict needs alpha and delta in (0, 1), got alpha={alpha!r}, delta={delta!r}")
+    if min_p > alpha or tau is None or p_value is None or math.isnan(tau):
+        return "untestable"
+    if p_value <= alpha and tau > 0:
+        return "coupled"
+    if ci is not None and -delta < ci[0] and ci[1] < delta:
+        return "decoupled"
+    return "inconclusive"
+
+
+@functools.lru_cache(maxsize=128)
+def power_at_tau(n: int, tau: float = 0.5, alpha: float = 0.05, sims: int = 4000, seed: int = 0) -> float:
+    """The probability that the exact two-sided Kendall test rejects at ``alpha`` with a positive tau with ``n`` models whose
+    (individual, compositional) strengths are drawn from a Gaussian copula of population Kendall tau
+    ``tau`` (Pearson ``sin(pi tau / 2)``), measured without noise: the design's power, simulated
+    (``sims`` draws, cached per argument). 0.0 when ``min_p_value(n) > alpha``.
+
+    Raises:
+        ValueError: ``n < 2`` or ``tau`` outside [-1, 1].
+    """
+    if n < 2 or not -1 <= tau <= 1:
+        raise ValueError(f"power_at_tau needs n >= 2 and tau in [-1, 1], got n={n}, tau={tau}")
+    if min_p_value(n) > alpha:
+        return 0.0
+    r = math.sin(math.pi * tau / 2)
+    rng = np.random.default_rng([seed, n])
+    z = rng.standard_normal((sims, n, 2))
+    x, y = z[..., 0], r * z[..., 0] + math.sqrt(max(0.0, 1 - r * r)) * z[..., 1]
+    taus = kendall_tau_b(x, y)
+    counts = np.array(_inversions(n), dtype=float)
+    support = 1 - 2 * np.arange(len(counts)) / (n * (n - 1) / 2)
+    # the smallest |tau| the test rejects at alpha, from the exact null
+    p_at = np.array([counts[np.abs(support) >= abs(t) - _EPS].sum() / counts.sum() for t in support])
+    rejecting = np.abs(support[p_at <= alpha])
+    if rejecting.size == 0:
+        return 0.0
+    return float(np.mean(taus >= rejecting.min() - _EPS))  # coupled: significant and positive
+
+
+def design(n: int, *, alpha: float = 0.05, tau: float = 0.5) -> dict[str, float]:
+    """What one setting of ``n`` models can show: ``{"n", "min_p_value", "power"}`` (power at ``tau``,
+    :func:`power_at_tau`)."""
+    return {"n": n, "min_p_value": min_p_value(n), "power": power_at_tau(n, tau, alpha)}
+
 
 # --- training verdicts ---
 #: Up to this many paired differences the sign-flip test enumerates every flip (2**20 ≈ 1e6 means).
@@ -87,7 +607,7 @@ def paired_t_test(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
         why = "every paired difference is 0 (a tie)" if abs(d[0]) <= 1e-12 else \
             f"every paired difference equals {d[0]:+.4g} (zero variance)"
         return {**out, "t": None, "p_value": None, "undefined": why}
-    res = _scipy_stats.ttest_rel(x, y)
+    res = stats.ttest_rel(x, y)
     return {**out, "t": float(res.statistic), "p_value": float(res.pvalue), "undefined": None}
 
 
@@ -114,12 +634,6 @@ def bootstrap_indices(rng: np.random.Generator, seeds: int, questions: int, resa
                       ) -> tuple[np.ndarray, np.ndarray]:
     """The resampled seed indices ``(resamples, seeds)`` and question indices ``(resamples, seeds, questions)``."""
     return rng.integers(0, seeds, size=(resamples, seeds)), rng.integers(0, questions, size=(resamples, seeds, questions))
-
-
-def percentile_ci(samples: np.ndarray, level: float) -> list[float]:
-    """The central ``level`` percentile interval of bootstrap ``samples``."""
-    a = (1 - level) / 2
-    return [float(np.quantile(samples, a)), float(np.quantile(samples, 1 - a))]
 
 
 def ratio_ci(numerator: float, denominator: float, numerator_boot: np.ndarray, denominator_boot: np.ndarray, *,

@@ -61,10 +61,13 @@ def test_study_cheapest_cells(tmp_path):
     result = run_cell({"cell": {"kind": cell.kind, "id": cell.id, "spec": cell.spec, "fingerprint": cell.fingerprint},
                        "out": str(tmp_path)})
     labels = {"pool": cell.spec["pool_label"], "protocol": cell.spec["protocol_label"], "task": cell.spec["task_label"]}
-    (fresh,) = valuation_tables([{"report": result["report"], "labels": labels}])["settings"]
+    v = config.valuation
+    (fresh,) = valuation_tables([{"report": result["report"], "labels": labels}], v.alpha, delta=v.delta,
+                                families=v.families, resamples=v.bootstrap_resamples)["settings"]
     (old,) = [s for s in committed["valuation"]["settings"]
               if (s["pool"], s["protocol"], s["task"], s["seed"]) == (*labels.values(), cell.spec["seed"])]
-    for key in ("individual", "loo", "shapley", "kendall_tau", "p_value", "system"):
+    for key in ("individual", "loo", "shapley", "kendall_tau", "p_value", "min_p_value", "tau_ci", "verdict",
+                "measures", "system"):
         assert fresh[key] == old[key], key
 
     train = _cheapest(planned, committed, "training")
@@ -83,3 +86,31 @@ def test_study_cheapest_cells(tmp_path):
     assert np.mean(out["baseline"]["standalone"]) == alone["before"]
     assert np.mean(out["training"]["standalone"]) == \
         alone["after"][train.spec["trainer"]][setting["seeds"].index(train.spec["seed"])]
+
+
+def test_study_verdicts_follow_from_the_committed_numbers():
+    """docs/study.json's valuation: every setting carries a verdict and its smallest attainable p, the
+    verdicts follow from the numbers beside them by crl_envs.stats.verdict, the counts count them (an
+    untestable setting is never counted as uncorrelated), and study.md prints them, not the old headline."""
+    from collections import Counter
+
+    from crl_envs import stats
+
+    committed = json.loads((DOCS / "study.json").read_text())
+    v = committed["valuation"]
+    alpha, delta = v["summary"]["alpha"], v["summary"]["delta"]
+    for s in v["settings"]:
+        assert s["verdict"] in stats.VERDICTS and s["min_p_value"] >= stats.min_p_value(s["n"]) - 1e-15
+        ci = None if s["tau_ci"] is None else tuple(s["tau_ci"])
+        assert s["verdict"] == stats.verdict(s["kendall_tau"], s["p_value"], s["min_p_value"], ci, alpha=alpha,
+                                             delta=delta)
+        if s["min_p_value"] > alpha:
+            assert s["verdict"] == "untestable"
+    assert v["summary"]["counts"] == {k: Counter(s["verdict"] for s in v["settings"])[k] for k in stats.VERDICTS}
+    assert "uncorrelated" not in v["summary"]
+    for c in v["summary"]["pool_families"]:
+        ci = None if c["tau_ci"] is None else tuple(c["tau_ci"])
+        assert c["verdict"] == stats.verdict(c["kendall_tau"], c["p_value"], c["min_p_value"], ci, alpha=alpha,
+                                             delta=delta)
+    md = (DOCS / "study.md").read_text()
+    assert "does not predict" not in md and "What this design can and cannot show" in md

@@ -21,6 +21,7 @@ from scipy import stats
 
 import agents
 from crl_envs import run_episodes, study, tasks
+from crl_envs import stats as crl_stats
 from crl_envs.study import StudyConfigError, load_config
 from crl_envs.study.stats import training_tables
 
@@ -56,6 +57,13 @@ BAD = [
     ({"valuation": {"pools": ["fuor"]}}, r"valuation\.pools: unknown pool 'fuor' \(did you mean 'four'\?\)"),
     ({"valuation": {"alpha": 5}}, r"valuation\.alpha: must be a number in \[0, 1\]"),
     ({"valuation": {"seed": [0]}}, r"valuation\.seed: unknown key \(did you mean 'seeds'\?\)"),
+    ({"valuation": {"delta": 0}}, r"valuation\.delta: must lie strictly between 0 and 1 \(e\.g\. 0\.3\)"),
+    ({"valuation": {"families": {"api": ["cascade"]}}},
+     r"valuation\.families: protocols \['vote', 'debate'\] are in no family; add them"),
+    ({"valuation": {"families": {"api": ["casade"]}}}, r"valuation\.families\.api: 'casade' is neither a valued protocol"),
+    ({"valuation": {"families": {"a": ["cascade"], "b": ["cascade", "aggregation", "text exchange"]}}},
+     r"valuation\.families\.b: protocol 'cascade' is already in family 'a'"),
+    ({"valuation": {"pool_tasks": {"fuor": ["arith"]}}}, r"valuation\.pool_tasks\.fuor: is not a valued pool"),
     ({"executor": {"kind": "rey"}}, r"executor\.kind: unknown executor 'rey' \(did you mean 'ray'\?\)"),
     ({"executor": {"kind": "ray", "address": "http://head:6379"}}, r"executor\.address: malformed Ray address"),
     ({"training": {"pool": "four", "learner": "model_0", "trainers": ["crl", "gpro"], "setups": {"vote": {}}}},
@@ -124,7 +132,7 @@ def test_scripted_study_statistics_recomputed_independently(tmp_path):
     assert len(settings) == 2 * 3
     families = {"vote": "aggregation", "debate": "text exchange", "cascade": "cascade"}
     alpha = result["valuation"]["summary"]["alpha"]
-    uncorrelated, per_family = 0, {}
+    counts, per_family = dict.fromkeys(crl_stats.VERDICTS, 0), {}
     for s in settings:
         assert s["family"] == families[s["protocol"]]
         pool = agents.pool([agents.ScriptedAgent.expert(f"expert-{m['expert']}", m["expert"], seed=m.get("seed", 0))
@@ -138,23 +146,28 @@ def test_scripted_study_statistics_recomputed_independently(tmp_path):
         assert len(set(alone)) == len(alone) and len(set(np.round(shapley, 12))) == len(shapley)  # no ties: scipy's exact p
         tau = stats.kendalltau(alone, shapley, method="exact")
         assert s["kendall_tau"] == pytest.approx(tau.statistic) and s["p_value"] == pytest.approx(tau.pvalue)
-        not_significant = tau.pvalue >= alpha
-        assert s["uncorrelated"] == not_significant
-        uncorrelated += not_significant
-        fam = per_family.setdefault(s["family"], [0, 0])
-        fam[0] += not_significant
-        fam[1] += 1
+        # 3 and 4 models: the exact test's floor 2/n! is above alpha, whatever the data
+        assert s["min_p_value"] == pytest.approx(2 / math.factorial(len(names))) and s["min_p_value"] > alpha
+        assert s["verdict"] == "untestable" and s["n"] == len(names)
+        counts[s["verdict"]] += 1
+        per_family[s["family"]] = per_family.get(s["family"], 0) + 1
+        minus = stats.kendalltau(alone, shapley - alone / len(names)).statistic
+        assert s["measures"]["shapley_minus_singleton"]["kendall_tau"] == pytest.approx(minus)
+        assert s["measures"]["loo"]["kendall_tau"] == pytest.approx(stats.kendalltau(alone, loo).statistic)
         agree = stats.kendalltau(loo, shapley).statistic
         if not math.isnan(agree):
             assert s["loo_vs_shapley"]["kendall_tau"] == pytest.approx(agree)
         assert s["loo_vs_shapley"]["mean_abs_error"] == pytest.approx(np.abs(loo - shapley).mean())
     summary = result["valuation"]["summary"]
-    assert (summary["uncorrelated"], summary["settings"]) == (uncorrelated, 6)
-    assert {f: [c["uncorrelated"], c["settings"]] for f, c in summary["families"].items()} == per_family
+    assert summary["counts"] == counts and summary["settings"] == 6 and "uncorrelated" not in summary
+    assert {f: c["settings"] for f, c in summary["families"].items()} == per_family
+    # a (pool, family) unit of one pool keeps the pool's floor: untestable too
+    assert {c["verdict"] for c in summary["pool_families"]} == {"untestable"}
     on_disk = json.loads((tmp_path / "out" / "study.json").read_text())
     assert on_disk["valuation"] == result["valuation"]
     md = (tmp_path / "out" / "study.md").read_text()
-    assert f"in {uncorrelated} of 6 settings" in md
+    assert "does not predict" not in md and "0 coupled, 0 decoupled, 0 inconclusive, 6 untestable" in md
+    assert "What this design can and cannot show" in md
     assert (tmp_path / "out" / "study_valuation_heatmap.png").stat().st_size > 10_000
 
 
@@ -191,6 +204,7 @@ def test_dry_run_counts_runs_calls_and_shared_coalitions(tmp_path):
     assert four_debate["tokens"] == four_debate["calls"] * 256
     text = study.describe_plan(config, list(planned.values()))
     assert "| valuation | 4 | 0 | 44 coalition runs |" in text  # 15 + 15 + 7 + 7
+    assert "| four | 4 | 2 | 0.0833 | 0.00 |" in text and "4 setting(s) can never reject" in text
     assert not (tmp_path / "out").exists()
 
 
@@ -347,6 +361,12 @@ def test_presets_validate_and_dry_run(preset, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"study {preset}:" in proc.stdout and "| training |" in proc.stdout and "| valuation |" in proc.stdout
     assert not (tmp_path / "out").exists()
+    # the valuation pools can answer: 7-8 models each, no setting the exact test could never reject
+    from crl_envs.study.plan import design
+
+    d = design(load_config(REPO / "studies" / f"{preset}.toml", out=tmp_path / "out"))
+    assert d["untestable_settings"] == 0 and min(p["n"] for p in d["pools"]) >= (8 if preset == "paper" else 7)
+    assert "What this design can and cannot show" in proc.stdout and "power at tau 0.5" in proc.stdout
 
 
 def test_every_protocol_declares_its_family_in_class_and_docstring():

@@ -28,6 +28,7 @@ from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
 from crl_envs.runner import Episode
+from crl_envs.stats import PairedCI, paired_bootstrap_ci  # noqa: F401  (the statistics live there)
 from crl_envs.tasks import Task
 from crl_envs.tracking import open_trackers
 from trainers.advantages import ADVANTAGES, compute_advantages
@@ -90,51 +91,6 @@ class EvalResult:
         if self.learners:
             out["learners"] = {j: float(np.mean(v)) for j, v in self.learners.items()}
         return out
-
-
-class PairedCI(tuple):
-    """``(delta, low, high)``: mean of ``after - before`` and its bootstrap CI, as fractions; unpacks as a
-    3-tuple. ``str()`` reads in points: ``+15.3 points, 95% CI [+11.5, +19.0] (400 questions)``."""
-
-    def __new__(cls, delta: float, low: float, high: float, *, level: float = 0.95, n: int = 0):
-        obj = super().__new__(cls, (float(delta), float(low), float(high)))
-        obj.level, obj.n = level, n
-        return obj
-
-    delta = property(lambda self: self[0])
-    low = property(lambda self: self[1])
-    high = property(lambda self: self[2])
-
-    @property
-    def excludes_zero(self) -> bool:
-        return self.low > 0 or self.high < 0
-
-    def __str__(self) -> str:
-        return (f"{100 * self.delta:+.1f} points, {100 * self.level:g}% CI [{100 * self.low:+.1f}, "
-                f"{100 * self.high:+.1f}] ({self.n} questions)")
-
-    def __repr__(self) -> str:
-        return f"PairedCI(delta={self.delta:.4f}, low={self.low:.4f}, high={self.high:.4f}, level={self.level}, n={self.n})"
-
-
-def paired_bootstrap_ci(before: Sequence[float], after: Sequence[float], *, n_boot: int = 10_000, seed: int = 0,
-                        level: float = 0.95) -> PairedCI:
-    """Mean of ``after - before`` over questions and its percentile bootstrap CI (questions resampled).
-
-    ``before[q]`` and ``after[q]`` must score the same question ``q``: equal-length 1-D vectors."""
-    before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
-    if before.ndim != 1 or after.ndim != 1 or before.size == 0 or before.size != after.size:
-        raise ValueError(
-            f"paired_bootstrap_ci needs two equal-length, non-empty per-question score vectors (question q in both); "
-            f"got shapes {before.shape} and {after.shape}: evaluate both on the same questions"
-        )
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1) (0.95 for a 95% CI), got {level!r}")
-    diff = after - before
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, diff.size, size=(n_boot, diff.size))].mean(axis=1)
-    alpha = (1 - level) / 2
-    return PairedCI(diff.mean(), np.quantile(means, alpha), np.quantile(means, 1 - alpha), level=level, n=diff.size)
 
 
 @dataclass

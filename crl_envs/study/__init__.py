@@ -3,16 +3,19 @@ process, local worker processes or Ray, with the paper's statistics computed fro
 
     >>> from crl_envs import study
     >>> result = study.run("studies/paper-small.toml")  # every cell: long; tests/test_study.py  # doctest: +SKIP
-    >>> result["valuation"]["summary"]["uncorrelated"], result["training"]["summary"]["crl_vs"]  # doctest: +SKIP
+    >>> result["valuation"]["summary"]["counts"], result["training"]["summary"]["crl_vs"]  # doctest: +SKIP
 
 - :func:`load_config` — read and validate a config (one-line errors naming the key and the fix);
 - :func:`plan` — its cells with their fingerprints and cost, before anything runs (``--dry-run``);
 - :func:`run` — run what is not finished, then write ``study.json``, ``study.md`` and the plots.
 
 ``study.json`` holds ``valuation.settings`` (one entry per pool x protocol x task x seed: ``pool``,
-``family``, ``protocol``, ``task``, per-model ``individual`` / ``loo`` / ``shapley``, ``kendall_tau``,
-``p_value``), ``valuation.summary`` (``uncorrelated``, ``settings``, ``alpha``, per-family counts under
-``families``), ``training.settings`` (one per setup x task: ``protocol``, ``task``, ``seeds``, ``budget``,
+``family``, ``protocol``, ``task``, ``n``, per-model ``individual`` / ``loo`` / ``shapley``, ``kendall_tau``
+with ``tau_ci``, ``p_value``, ``min_p_value`` and ``verdict``, and the same per measure under
+``measures``), ``valuation.summary`` (``counts`` per verdict, ``alpha``, ``delta``, per family under
+``families`` and per (pool, family) under ``pool_families`` a pooled verdict), ``valuation.design`` (what
+the design can show: per pool the smallest attainable p and the power at tau = 0.5), ``training.settings``
+(one per setup x task: ``protocol``, ``task``, ``seeds``, ``budget``,
 per-trainer ``delta`` with ``ci`` and ``per_seed``/``per_seed_ci``, ``learner_alone`` (the learner's own
 accuracy ``before`` and ``after`` per trainer and seed, and its ``delta``; with several learners
 ``learners_alone`` holds each one's, and with ``training.crossplay`` ``crossplay`` per trainer the gain with
@@ -59,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
-from crl_envs.study.plan import CELL_VERSION, Cell, cells, estimate
+from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate
 from crl_envs.study.runner import environment, jsonable, load_result, run_cells
 from crl_envs.study.stats import training_tables, valuation_tables
 from crl_envs.study.tables import markdown, plots
@@ -75,7 +78,8 @@ def plan(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: st
 
 
 def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
-    """The ``--dry-run`` text: cells by kind (pending / done), coalition runs, episodes, model calls, tokens."""
+    """The ``--dry-run`` text: cells by kind (pending / done), coalition runs, episodes, model calls, tokens;
+    then what the valuation design can show (per pool: smallest attainable p, power at tau = 0.5)."""
     rows = defaultdict(lambda: {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0})
     for c in planned:
         r = rows[c.kind]
@@ -116,6 +120,12 @@ def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
             per = {c.id.split("/")[1]: c.cost for c in cross}
             lines.append("crossplay: per cell (each setting once on n_eval questions) " + "; ".join(
                 f"{k}: {c['episodes'] / t.n_eval:.0f} settings, {c['calls']:,.0f} model calls" for k, c in per.items()))
+    d = design(config)
+    if d is not None:
+        lines += ["", "| valuation pool | models | settings | smallest p | power at tau 0.5 |", "|---|---|---|---|---|"]
+        lines += [f"| {p['pool']} | {p['n']} | {p['settings']} | {p['min_p_value']:.3g} | {p['power']:.2f} |"
+                  for p in d["pools"]]
+        lines += ["", d["paragraph"]]
     return "\n".join(lines)
 
 
@@ -169,7 +179,9 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
                 vcells.append({"report": r["report"], "labels": {"pool": c.spec["pool_label"],
                                                                  "protocol": c.spec["protocol_label"],
                                                                  "task": c.spec["task_label"]}})
-        out["valuation"] = valuation_tables(vcells, alpha=config.valuation.alpha)
+        v = config.valuation
+        out["valuation"] = valuation_tables(vcells, alpha=v.alpha, delta=v.delta, families=v.families,
+                                            resamples=v.bootstrap_resamples)
     if config.training is not None and any(c.kind == "training" for c in planned):
         baselines, runs = {}, defaultdict(lambda: defaultdict(dict))
         crossplay = defaultdict(lambda: defaultdict(dict))

@@ -28,6 +28,13 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
     estimator = "exact"                 # or {exact_up_to = 6, larger = "loo"} (estimator per pool size)
     seeds = [0]
     alpha = 0.05
+    delta = 0.3                         # "decoupled": the CI of tau inside (-delta, +delta) (crl_envs.stats)
+
+    pool_tasks = {zoo = ["arith"]}      # optional: a pool valued on some tasks only (default: every task)
+
+    [valuation.families]                # optional: family label = protocol labels or library families
+    api = ["routing", "cascade"]        # default: each protocol's library family (crl_envs.protocols.FAMILIES)
+    text = ["aggregation", "judging", "text exchange"]
 
     [training]                          # one cell per setup x task x trainer x seed: a trainer's fit()
     pool = "zoo"                        # one pool, apart from [valuation] pools
@@ -209,6 +216,13 @@ class ValuationConfig:
     alpha: float
     ci_level: float
     bootstrap_resamples: int
+    delta: float = 0.3
+    families: dict[str, str] = field(default_factory=dict)  # protocol label -> family label
+    pool_tasks: dict[str, list[str]] = field(default_factory=dict)  # pool label -> its tasks (default: tasks)
+
+    def tasks_of(self, pool: str) -> list[str]:
+        """The tasks pool ``pool`` is valued on: its ``pool_tasks`` entry, else ``tasks``."""
+        return self.pool_tasks.get(pool, self.tasks)
 
     def estimator_for(self, n: int) -> str:
         """The estimator for a pool of ``n`` models."""
@@ -484,7 +498,7 @@ def _sampling(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig:
     valid = ["pools", "protocols", "tasks", "estimator", "samples", "seeds", "budget", "alpha", "ci_level",
-             "bootstrap_resamples"]
+             "bootstrap_resamples", "delta", "families", "pool_tasks"]
     _unknown_keys("valuation", spec, valid)
     if not protocols:
         raise _error("protocols", "valuation needs at least one protocol, e.g. [protocols.vote]")
@@ -518,9 +532,20 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
     ci = _number("valuation.ci_level", spec.get("ci_level", 0.95), 0.0, 1.0, "0.95")
     if not 0 < ci < 1:
         raise _error("valuation.ci_level", f"must lie strictly between 0 and 1 (e.g. 0.95), got {ci!r}")
+    delta = _number("valuation.delta", spec.get("delta", 0.3), 0.0, 1.0, "0.3")
+    if not 0 < delta < 1:
+        raise _error("valuation.delta", f"must lie strictly between 0 and 1 (e.g. 0.3), got {delta!r}")
+    chosen = _labels("valuation.protocols", spec.get("protocols"), protocols, "protocol")
+    valued = _labels("valuation.pools", spec.get("pools"), pools, "pool")
+    pool_tasks = _table("valuation.pool_tasks", spec.get("pool_tasks"))
+    for pool, listed in pool_tasks.items():
+        if pool not in valued:
+            raise _error(f"valuation.pool_tasks.{pool}", f"is not a valued pool; valued pools: {', '.join(valued)}")
+        pool_tasks[pool] = _labels(f"valuation.pool_tasks.{pool}", listed, tasks, "task")
     return ValuationConfig(
-        pools=_labels("valuation.pools", spec.get("pools"), pools, "pool"),
-        protocols=_labels("valuation.protocols", spec.get("protocols"), protocols, "protocol"),
+        pools=valued, pool_tasks=pool_tasks,
+        protocols=chosen, delta=delta,
+        families=_families(_table("valuation.families", spec.get("families")), {p: protocols[p] for p in chosen}),
         tasks=_labels("valuation.tasks", spec.get("tasks"), tasks, "task"),
         estimator=estimator, samples=_int("valuation.samples", spec.get("samples", 1), 1, "1"),
         seeds=_seeds("valuation.seeds", spec.get("seeds", [0])), budget=budget, alpha=alpha, ci_level=ci,
@@ -534,6 +559,36 @@ def _trainer_defaults() -> dict[str, Any]:
     from trainers import TrainerConfig
 
     return {f.name: f.default for f in fields(TrainerConfig) if f.default is not MISSING}
+
+
+def _families(spec: dict[str, Any], protocols: Mapping[str, ProtocolConfig]) -> dict[str, str]:
+    """``protocol label -> family label``: each protocol's library family, or the ``[valuation.families]``
+    table's label whose list names the protocol's label or its library family (exactly one)."""
+    from crl_envs import protocols as registry
+
+    library = {label: registry.family(p.protocol) for label, p in protocols.items()}
+    if not spec:
+        return library
+    out: dict[str, str] = {}
+    for fam, members in spec.items():
+        key = f"valuation.families.{fam}"
+        if isinstance(members, str) or not isinstance(members, Sequence) or not members:
+            raise _error(key, "must be a non-empty list of protocol labels or library families, e.g. "
+                              "[\"routing\", \"cascade\"]")
+        for m in members:
+            if m not in protocols and m not in registry.FAMILIES:
+                raise _error(key, f"{m!r} is neither a valued protocol ({', '.join(protocols)}) nor a library family "
+                                  f"({', '.join(registry.FAMILIES)})")
+        for label in protocols:
+            if label in members or library[label] in members:
+                if label in out:
+                    raise _error(key, f"protocol {label!r} is already in family {out[label]!r}; list it in one family")
+                out[label] = str(fam)
+    missing = [p for p in protocols if p not in out]
+    if missing:
+        raise _error("valuation.families", f"protocols {missing} are in no family; add them (or their library "
+                                           f"families {sorted({library[p] for p in missing})}) to one")
+    return out
 
 
 def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:

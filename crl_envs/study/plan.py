@@ -68,7 +68,7 @@ def cells(config: StudyConfig) -> list[Cell]:
     if v is not None:
         for pool in v.pools:
             for proto in v.protocols:
-                for task in v.tasks:
+                for task in v.tasks_of(pool):
                     for seed in v.seeds:
                         spec = {
                             "pool": config.pools[pool].describe(), "pool_label": pool,
@@ -196,6 +196,20 @@ def _refuse_large(cell: Cell, estimator: str, runs: float) -> None:
                                f"{MAX_COALITION_RUNS:,} a cell runs; lower {key}")
 
 
+def design(config: StudyConfig) -> dict[str, Any] | None:
+    """What the valuation design can show before anything runs: per pool its size, the smallest attainable
+    p and the power at tau = 0.5 (:func:`crl_envs.study.stats.valuation_design`); ``None`` without a
+    valuation."""
+    from crl_envs.study.stats import valuation_design
+
+    v = config.valuation
+    if v is None:
+        return None
+    return valuation_design([(pool, _pool_size(config.pools[pool].describe())) for pool in v.pools
+                             for _ in range(len(v.protocols) * len(v.tasks_of(pool)) * len(v.seeds))],
+                            alpha=v.alpha, delta=v.delta)
+
+
 def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
     """The cells with ``cost`` filled: ``runs`` (coalition runs, or trainer fits), ``episodes``, ``calls``
     (model calls that will run: distinct requests, :func:`crl_envs.valuation.cost.distinct_calls`) and ``tokens`` (an upper bound on generated tokens: calls x max_new_tokens).
@@ -204,6 +218,7 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
     from crl_envs.valuation.cost import distinct_calls, memoised_models
 
     seen: set[str] = set()
+    calls_memo: dict[tuple, float] = {}  # calls per episode of (protocol, options, pool size, coalition size)
     out = []
     for cell in plan:
         s = cell.spec
@@ -217,6 +232,8 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
             _refuse_large(cell, estimator, sum(per_size.values()))
             runs = episodes = calls = 0.0
             if sum(per_size.values()) > LISTED_COALITIONS or (s["budget"] or 0) > LISTED_COALITIONS:
+                # too many coalitions to list (or to play through the distinct-request estimate): every
+                # request counted, an upper bound on what the request memo will generate
                 played = [(s["protocol"]["protocol"], s["protocol"]["options"], k, c) for k, c in per_size.items()]
                 for proto, opts, k, count in [*played, ("vote", {}, 1, float(n))]:  # then the models alone
                     memo = (proto, digest(opts), n, k)

@@ -15,40 +15,63 @@ def _pts(v: Any) -> str:
     return "n/a" if v is None else f"{100 * v:+.1f}"
 
 
+def _ci(ci: Any) -> str:
+    return "n/a" if ci is None else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+def _counts(c: Mapping[str, int]) -> str:
+    return ", ".join(f"{c.get(v, 0)} {v}" for v in ("coupled", "decoupled", "inconclusive", "untestable"))
+
+
 def valuation_markdown(tables: Mapping[str, Any]) -> str:
     s = tables["summary"]
-    lines = [f"**Individual strength does not predict compositional strength in {s['uncorrelated']} of "
-             f"{s['settings']} settings** ({s['test']}"
-             + (f"; {s['constant_rankings']} setting(s) with a constant ranking not counted" if s["constant_rankings"]
-                else "") + ").", ""]
-    if s.get("pooled"):
-        p = s["pooled"]
-        lines.append(f"Pooled over all settings (stratified permutation test, {p['statistic']} = {p['observed']:+.2f}): "
-                     f"p = {p['p_value']:.3g} ({'exact' if p['exact'] else 'Monte Carlo'}).")
-        lines.append("")
-    lines += ["| family | uncorrelated / settings | mean tau-b | pooled p |", "|---|---|---|---|"]
+    pct = f"{100 * s['tau_ci_level']:g}%"
+    pf = s["pool_families"]
+    lines = [f"**Does individual strength predict compositional strength?** Over {len(pf)} (pool, family) units: "
+             f"{_counts(s['pool_family_counts'])}. Over {s['settings']} single settings: {_counts(s['counts'])} "
+             f"({s['test']}).", ""]
+    if tables.get("design"):
+        lines += [tables["design"]["paragraph"], ""]
+    m = s.get("mean_kendall_tau_by_measure") or {}
+    lines.append("Mean tau-b of individual strength against: " + ", ".join(
+        f"{label} {_f(m.get(k), '+.2f')}" for k, label in (("shapley", "Shapley"), ("loo", "LOO"),
+                                                           ("shapley_minus_singleton", "Shapley - individual/n"))
+        if k in m) + " (Shapley contains each model's own term v({i})/n; the third column takes it out).")
+    al = s.get("all", {}).get("pooled")
+    if al:
+        lines.append(f"Pooled over all settings (one permutation of model labels per pool, {al['pools']} pool(s)): "
+                     f"sum of tau-b {al['observed']:+.2f}, p = {al['p_value']:.3g} "
+                     f"({'exact' if al['exact'] else 'Monte Carlo'}; smallest attainable {al['min_p_value']:.3g}).")
+    lines += ["", f"| pool | family | settings | mean tau-b [{pct} CI] | pooled p (min p) | verdict |",
+              "|---|---|---|---|---|---|"]
+    for c in pf:
+        lines.append(f"| {c['pool']} | {c['family']} | {c['settings']} | {_f(c['kendall_tau'], '+.2f')} "
+                     f"{_ci(c['tau_ci'])} | {_f(c['p_value'], '.3g')} ({c['min_p_value']:.3g}) | **{c['verdict']}** |")
+    lines += ["", f"| family | settings | mean tau-b [{pct} CI] | pooled p (min p) | verdict | settings' verdicts |",
+              "|---|---|---|---|---|---|"]
     for fam, c in s["families"].items():
-        pooled = c.get("pooled")
-        lines.append(f"| {fam} | {c['uncorrelated']} / {c['settings']} | {_f(c['mean_kendall_tau'], '+.2f')} | "
-                     f"{'n/a' if not pooled else format(pooled['p_value'], '.3g')} |")
-    lines += ["", "| pool | family | uncorrelated / settings | mean tau-b | pooled p |", "|---|---|---|---|---|"]
-    for c in s["pool_families"]:
-        pooled = c.get("pooled")
-        lines.append(f"| {c['pool']} | {c['family']} | {c['uncorrelated']} / {c['settings']} | "
-                     f"{_f(c['mean_kendall_tau'], '+.2f')} | {'n/a' if not pooled else format(pooled['p_value'], '.3g')} |")
+        lines.append(f"| {fam} | {c['settings']} | {_f(c['kendall_tau'], '+.2f')} {_ci(c['tau_ci'])} | "
+                     f"{_f(c['p_value'], '.3g')} ({c['min_p_value']:.3g}) | {c['verdict']} | {_counts(c['counts'])} |")
     a = s.get("loo_vs_shapley")
     if a:
         lines += ["", f"LOO vs exact Shapley over {a['settings']} settings: mean Kendall tau-b "
                       f"{_f(a['mean_kendall_tau'], '+.2f')}, same top model in {a['same_top_model']} of {a['settings']}, "
                       f"LOO's mean absolute error {a['mean_abs_error']:.3f} (largest {a['max_abs_error']:.3f})."]
-    lines += ["", "| pool | protocol (family) | task | v(N) | model: individual / LOO / Shapley | tau-b (p) |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", f"| pool | protocol (family) | task | n | v(N) | model: individual / LOO / Shapley | "
+                  f"tau-b Shapley [{pct} CI] | tau-b LOO | tau-b Shapley - ind./n | p (min p) | power at tau 0.5 | "
+                  f"verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for st in tables["settings"]:
         models = "; ".join(f"{m} {st['individual'][m]:.2f} / {st['loo'][m]:+.3f} / "
                            f"{'n/a' if st['shapley'] is None else format(st['shapley'][m], '+.3f')}"
                            for m in st["models"])
-        lines.append(f"| {st['pool']} | {st['protocol']} ({st['family']}) | {st['task']} | {st['system']:.3f} | "
-                     f"{models} | {_f(st['kendall_tau'], '+.2f')} ({_f(st['p_value'], '.3f')}) |")
+        ms = st["measures"]
+        sh = ms.get("shapley")
+        taus = (f"{_f(sh['kendall_tau'], '+.2f')} {_ci(sh['tau_ci'])}" if sh else "n/a",
+                f"{_f(ms['loo']['kendall_tau'], '+.2f')} {_ci(ms['loo']['tau_ci'])}",
+                _f(ms["shapley_minus_singleton"]["kendall_tau"], "+.2f") if "shapley_minus_singleton" in ms else "n/a")
+        lines.append(f"| {st['pool']} | {st['protocol']} ({st['family']}) | {st['task']} | {st['n']} | "
+                     f"{st['system']:.3f} | {models} | {' | '.join(taus)} | {_f(st['p_value'], '.3g')} "
+                     f"({st['min_p_value']:.3g}) | {st['power']['value']:.2f} | {st['verdict']} |")
     return "\n".join(lines)
 
 

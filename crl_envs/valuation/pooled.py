@@ -4,7 +4,9 @@ One setting (a pool under a protocol) has only 3-6 models, and a rank correlatio
 can never have a two-sided p-value below ``2 / n!`` (1/3 at ``n = 3``, 1/12 at ``n = 4``, 1/60 at
 ``n = 5``): "not significant in 12 of 15 settings" says nothing by itself. This module pools the
 settings: the statistic is the sum over settings (strata) of the per-setting rank correlation, and
-the null permutes the models' orderings *within* each setting, independently across settings.
+the null permutes the models' orderings *within* each setting, independently across settings, or
+once per ``groups`` label (the settings of one pool share their models: one permutation of model labels
+per pool, :func:`crl_envs.stats.grouped_permutation_test`).
 
 The null distribution is computed exactly when every stratum has ``n <= 8`` models and the sum's
 support stays small (each stratum's distribution over all ``n!`` orderings, convolved across
@@ -18,20 +20,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-from scipy import stats
-
-from crl_envs.valuation.report import (
-    EXACT_PERMUTATION_LIMIT,
-    LABELS,
-    STATISTICS,
-    ValuationReport,
-    permutation_null,
-)
+from crl_envs.stats import STATISTICS, correlation, grouped_permutation_test, min_p_value
+from crl_envs.valuation.report import LABELS, ValuationReport
 
 ALTERNATIVES = ("two-sided", "greater", "less")
-MAX_SUPPORT = 1_000_000
-_ROUND = 9
 
 
 @dataclass
@@ -71,37 +63,10 @@ class PooledTest:
         ]
         for s in self.strata:
             lines.append(f"    {s.label}: n={s.n}, {self.statistic} {s.value:+.3f}, own exact p {s.p_value:.3g} "
-                         f"(never below {min(1.0, 2 / math.factorial(s.n)):.3g})")
+                         f"(never below {min_p_value(s.n):.3g})")
         for s in self.skipped:
             lines.append(f"    skipped {s}")
         return "\n".join(lines)
-
-
-def _tail(values: np.ndarray, observed: float, alternative: str) -> np.ndarray:
-    eps = 1e-9
-    if alternative == "greater":
-        return values >= observed - eps
-    if alternative == "less":
-        return values <= observed + eps
-    return np.abs(values) >= abs(observed) - eps
-
-
-def _distribution(values: np.ndarray) -> dict[float, float]:
-    keys, counts = np.unique(np.round(values, _ROUND), return_counts=True)
-    return dict(zip(keys.tolist(), (counts / counts.sum()).tolist()))
-
-
-def _convolve(a: dict[float, float], b: dict[float, float], limit: int) -> dict[float, float] | None:
-    if len(a) * len(b) > 50 * limit:
-        return None
-    out: dict[float, float] = {}
-    for va, pa in a.items():
-        for vb, pb in b.items():
-            k = round(va + vb, _ROUND)
-            out[k] = out.get(k, 0.0) + pa * pb
-        if len(out) > limit:
-            return None
-    return out
 
 
 def pooled_test(
@@ -114,6 +79,7 @@ def pooled_test(
     seed: int = 0,
     labels: Sequence[str] | None = None,
     exact: bool | None = None,
+    groups: Sequence[str] | None = None,
 ) -> PooledTest:
     """Test whether individual strength predicts ``measure`` across several settings.
 
@@ -125,8 +91,15 @@ def pooled_test(
         draws: Monte Carlo draws when the exact null is too large.
         labels: names of the settings (default ``protocol/task/models``).
         exact: ``None`` — exact when feasible, else Monte Carlo; ``False`` — always Monte Carlo.
+        groups: one label per report; reports with the same label (the settings of one pool: the same
+            models, often one individual vector) share one permutation of model labels (default: each
+            report its own, the stratified test, which is anti-conservative when settings share data).
 
     Settings where either ranking is constant carry no information and are skipped (listed).
+
+    Raises:
+        ValueError: an unknown statistic / alternative / measure, no report, no informative report,
+            labels or groups not one per report.
     """
     if statistic not in STATISTICS:
         raise ValueError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
@@ -139,10 +112,12 @@ def pooled_test(
     labels = list(labels) if labels is not None else [f"{r.protocol}/{r.task}/{','.join(r.names)}" for r in reports]
     if len(labels) != len(reports):
         raise ValueError(f"got {len(labels)} labels for {len(reports)} reports")
-    from crl_envs.valuation.report import correlation
+    groups = list(range(len(reports))) if groups is None else list(groups)
+    if len(groups) != len(reports):
+        raise ValueError(f"got {len(groups)} groups for {len(reports)} reports")
 
-    strata, skipped, pairs = [], [], []
-    for label, r in zip(labels, reports):
+    strata, skipped, pairs, kept = [], [], [], []
+    for label, r, g in zip(labels, reports, groups):
         m = r.measures.get(measure)
         if m is None:
             raise ValueError(f"report {label!r} has no {measure!r} measure (estimator {r.estimator!r}); "
@@ -154,40 +129,10 @@ def pooled_test(
             continue
         strata.append(Stratum(label, len(x), c.value, c.p_value))
         pairs.append((x, y))
+        kept.append(g)
     if not strata:
         raise ValueError("no informative setting: every report has a constant ranking")
-    observed = float(sum(s.value for s in strata))
-
-    exact_dist: dict[float, float] | None = {0.0: 1.0}
-    if exact is True and any(len(x) > EXACT_PERMUTATION_LIMIT for x, _ in pairs):
-        raise ValueError(f"exact=True needs every setting to have <= {EXACT_PERMUTATION_LIMIT} models")
-    if exact is not False and all(len(x) <= EXACT_PERMUTATION_LIMIT for x, _ in pairs):
-        for x, y in pairs:
-            null, _ = permutation_null(x, y, statistic)
-            exact_dist = _convolve(exact_dist, _distribution(null), MAX_SUPPORT)
-            if exact_dist is None:
-                break
-    else:
-        exact_dist = None
-
-    if exact_dist is not None:
-        support = np.array(list(exact_dist))
-        probs = np.array(list(exact_dist.values()))
-        p = float(min(1.0, probs[_tail(support, observed, alternative)].sum()))
-        extreme = support.max() if alternative != "less" else support.min()
-        if alternative == "two-sided":
-            extreme = np.abs(support).max()
-        min_p = float(probs[_tail(support, extreme, alternative)].sum())
-        return PooledTest(measure, statistic, alternative, observed, p, True, None, (p, p), min_p, strata, skipped)
-
-    rng = np.random.default_rng(seed)
-    total = np.zeros(draws)
-    for x, y in pairs:
-        perms = rng.permuted(np.tile(np.arange(len(y)), (draws, 1)), axis=1)
-        total += STATISTICS[statistic](x, np.asarray(y, float)[perms])
-    hits = int(_tail(total, observed, alternative).sum())
-    p = (hits + 1) / (draws + 1)
-    ci = stats.binomtest(hits, draws).proportion_ci(confidence_level=0.95, method="exact")
-    min_p = float(np.prod([1 / math.factorial(s.n) for s in strata])) * (2 if alternative == "two-sided" else 1)
-    return PooledTest(measure, statistic, alternative, observed, p, False, draws, (float(ci.low), float(ci.high)),
-                      min(1.0, min_p), strata, skipped)
+    t = grouped_permutation_test(pairs, kept, statistic=statistic, alternative=alternative, draws=draws, seed=seed,
+                                 exact=exact)
+    return PooledTest(measure, statistic, alternative, t["observed"], t["p_value"], t["exact"], t["draws"],
+                      t["p_interval"], t["min_p_value"], strata, skipped)

@@ -10,7 +10,6 @@ measure are tested with **exact** permutation p-values (all ``n!`` orderings for
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -20,97 +19,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
+
+# the statistics live in crl_envs.stats; their names stay importable from here
+from crl_envs.stats import (  # noqa: F401
+    EXACT_PERMUTATION_LIMIT,
+    STATISTICS,
+    Correlation,
+    bootstrap_cis,
+    check_ci_options,
+    correlation,
+    kendall_tau_b,
+    min_p_value,
+    permutation_null,
+    spearman_rho,
+)
 
 COMPOSITIONAL = ("loo", "shapley", "banzhaf")
 MEASURES = ("individual", *COMPOSITIONAL)
 LABELS = {"individual": "individual", "loo": "LOO", "shapley": "Shapley", "banzhaf": "Banzhaf"}
-EXACT_PERMUTATION_LIMIT = 8
-"""Rank-correlation p-values enumerate all n! orderings up to this many models (8! = 40320)."""
-
-
-# ---------------------------------------------------------------------- rank correlation
-def _sign_matrix(v: np.ndarray) -> np.ndarray:
-    return np.sign(v[..., :, None] - v[..., None, :])
-
-
-def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Kendall's tau-b of ``x`` against each row of ``y`` (``(..., n)``); NaN when either is constant."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    sx, sy = _sign_matrix(x), _sign_matrix(y)
-    s = (sx * sy).sum(axis=(-1, -2)) / 2
-    tx = (sx != 0).sum(axis=(-1, -2)) / 2  # pairs not tied in x
-    ty = (sy != 0).sum(axis=(-1, -2)) / 2
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return s / np.sqrt(tx * ty)
-
-
-def spearman_rho(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's rho (Pearson of average ranks) of ``x`` against each row of ``y``."""
-    rx = stats.rankdata(np.asarray(x, float))
-    ry = stats.rankdata(np.asarray(y, float), axis=-1)
-    rx, ry = rx - rx.mean(), ry - ry.mean(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (ry * rx).sum(-1) / np.sqrt((rx**2).sum() * (ry**2).sum(-1))
-
-
-STATISTICS = {"kendall": kendall_tau_b, "spearman": spearman_rho}
-
-
-def permutation_null(x: np.ndarray, y: np.ndarray, statistic: str = "kendall", draws: int = 20000,
-                     seed: int = 0) -> tuple[np.ndarray, bool]:
-    """The statistic over every ordering of ``y`` against ``x`` (``n <= 8``), else over ``draws``
-    random orderings. Returns ``(values, exact)``."""
-    y = np.asarray(y, float)
-    n = len(y)
-    if n <= EXACT_PERMUTATION_LIMIT:
-        perms = np.array(list(itertools.permutations(range(n))))
-        exact = True
-    else:
-        rng = np.random.default_rng(seed)
-        perms = np.stack([rng.permutation(n) for _ in range(draws)])
-        exact = False
-    return STATISTICS[statistic](x, y[perms]), exact
-
-
-@dataclass
-class Correlation:
-    """A rank correlation with its permutation p-value (two-sided: ``P(|T| >= |t|)`` under
-    exchangeability of the models' orderings)."""
-
-    statistic: str
-    value: float
-    p_value: float
-    exact: bool
-    n: int
-
-    @property
-    def min_p_value(self) -> float:
-        """The smallest p-value any data could give with ``n`` models (no ties): ``2 / n!``."""
-        return min(1.0, 2 / math.factorial(self.n))
-
-
-def correlation(x: Sequence[float], y: Sequence[float], statistic: str = "kendall", seed: int = 0) -> Correlation:
-    """Rank correlation of ``x`` and ``y`` with its exact (``n <= 8``) permutation p-value.
-
-    Example:
-        >>> c = correlation([1, 2, 3], [1, 2, 3])
-        >>> round(c.value, 3), round(c.p_value, 4)   # n = 3: p can never go below 1/3
-        (1.0, 0.3333)
-    """
-    if statistic not in STATISTICS:
-        raise ValueError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"correlation needs two 1-d sequences of equal length, got shapes {x.shape} and {y.shape}")
-    observed = float(STATISTICS[statistic](x, y))
-    if len(x) < 2 or math.isnan(observed):  # a constant ranking carries no information
-        return Correlation(statistic, float("nan"), float("nan"), True, len(x))
-    null, exact = permutation_null(x, y, statistic, seed=seed)
-    hits = int(np.sum(np.abs(null) >= abs(observed) - 1e-12))
-    p = hits / len(null) if exact else (hits + 1) / (len(null) + 1)
-    return Correlation(statistic, observed, p, exact, len(x))
-
 
 # ---------------------------------------------------------------------- measures
 @dataclass(eq=False)
@@ -148,52 +74,6 @@ class Measure(Mapping[str, float]):
 
     def __repr__(self) -> str:
         return f"Measure({self.name}: " + ", ".join(f"{a}={v:.3f}" for a, v in zip(self.ids, self.means)) + ")"
-
-
-def bootstrap_cis(tables: Mapping[str, np.ndarray], *, resamples: int = 2000, level: float = 0.95,
-                  seed: int = 0, draws: Mapping[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
-    """Percentile CIs of per-model means, resampling questions (the same resamples for every
-    measure, so measures stay paired). Returns ``name -> (models, 2)``.
-
-    A measure with Monte Carlo ``draws[name]`` (``(models, draws)``, see :class:`Measure`) has two
-    independent sources of error: the questions and the sampled permutations. Its CI is
-    ``estimate ± t(df) * sqrt(var_q + var_mc)``: ``var_q`` the variance of the question-resampled means
-    (permutations fixed), ``var_mc = s^2 / draws`` the Monte Carlo variance from the spread of the
-    draws, and ``df`` Welch-Satterthwaite's (``questions - 1`` and ``draws - 1`` degrees of freedom),
-    so that a budget of a few permutations gets the wide interval it needs."""
-    check_ci_options(level, resamples)
-    q = next(iter(tables.values())).shape[1]
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, q, size=(resamples, q))
-    alpha = (1 - level) / 2
-    out = {}
-    for name, table in tables.items():
-        means = table[:, idx].mean(axis=-1)  # (models, resamples)
-        mc = None if draws is None else draws.get(name)
-        if mc is None:
-            out[name] = np.quantile(means, [alpha, 1 - alpha], axis=1).T
-            continue
-        mc = np.asarray(mc, float)
-        if mc.ndim != 2 or mc.shape[0] != table.shape[0] or mc.shape[1] < 2:
-            raise ValueError(f"{name}: Monte Carlo draws must be (models, >= 2 draws), got shape {mc.shape}")
-        var_q = means.var(axis=1, ddof=1)
-        var_mc = mc.var(axis=1, ddof=1) / mc.shape[1]
-        total = var_q + var_mc
-        with np.errstate(invalid="ignore", divide="ignore"):
-            df = total**2 / (var_q**2 / max(q - 1, 1) + var_mc**2 / (mc.shape[1] - 1))
-        half = np.where(total > 0, stats.t.ppf(1 - alpha, np.where(total > 0, df, 1.0)) * np.sqrt(total), 0.0)
-        estimate = table.mean(axis=1)
-        out[name] = np.stack([estimate - half, estimate + half], axis=1)
-    return out
-
-
-def check_ci_options(level: Any, resamples: Any) -> None:
-    """One-line errors for a CI level outside (0, 1) or a resample count that is not an int >= 1."""
-    if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
-        hint = f" (a fraction: {level / 100:g} for {level:g}%)" if isinstance(level, (int, float)) and 1 < level < 100 else ""
-        raise ValueError(f"ci_level must be a number in (0, 1), e.g. 0.95, got {level!r}{hint}")
-    if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 1:
-        raise ValueError(f"bootstrap_resamples must be an int >= 1, e.g. 2000, got {resamples!r}")
 
 
 # ---------------------------------------------------------------------- the report
@@ -365,7 +245,7 @@ class ValuationReport:
             out.append(f"  {LABELS[k]:8s} Kendall tau-b {_fmt(kt.value)} (p = {_fmt(kt.p_value, '.3f')})   "
                        f"Spearman rho {_fmt(sp.value)} (p = {_fmt(sp.p_value, '.3f')})")
         n = len(self.ids)
-        out.append(f"  with {n} models the smallest possible two-sided p-value is {min(1.0, 2 / math.factorial(n)):.3g}"
+        out.append(f"  with {n} models the smallest possible two-sided p-value is {min_p_value(n):.3g}"
                    + ("; no single setting can be significant — pool settings with pooled_test()" if n <= 4 else ""))
         return "\n".join(out)
 
