@@ -201,10 +201,11 @@ def test_processes_executor_claims_baseline_and_training_cells(tmp_path, capsys)
     """Under kind = "processes", whole cells (baseline, training) are claimed too: while another driver
     holds them this one waits, says who holds them, and takes their results when they are written."""
     config = small_config(tmp_path / "out", executor={"kind": "processes", "workers": 1},
-                          training={"pool": "two", "learner": "model_0", "trainers": ["crl", "grpo"],
+                          training={"pool": "zoo", "learner": "model_4", "trainers": ["crl", "grpo"],
                                     "setups": {"vote": {}}, "tasks": ["arith"], "n_train": 4, "n_eval": 2,
                                     "steps": 1})
     del config["valuation"]
+    config["pools"]["zoo"] = "zoo"  # a trainable learner (a scripted one is refused at load); the holder runs nothing
     holder = _holder(config)
     loaded = load_config(config)
     planned = study.plan(loaded)
