@@ -281,7 +281,8 @@ def test_a_million_cell_grid_is_refused_before_it_is_built(tmp_path):
      r"tasks\.arith\.options: the task does not load: arith digits must be in 1\.\.9, got 12"),
     ({"tasks": {"g": {"name": "gsm8k", "options": {"path": "/no/such.jsonl"}}}},
      r"tasks\.g\.options: the task does not load: gsm8k: no such file '/no/such\.jsonl'"),
-    ({"training": {"pool": "two", "setups": {"vote": {}}, "train_split": "trian"}},
+    ({"pools": {"two": [{"expert": 0.8}, {"expert": 0.5}], "zoo": "zoo"},
+      "training": {"pool": "zoo", "learner": "model_4", "setups": {"vote": {}}, "train_split": "trian"}},
      r"training\.train_split: the task does not load: arith has splits 'train' and 'test', got 'trian'"),
 ], ids=["long-label", "nul-label", "nan-option", "out-of-range-option", "missing-file", "training-split"])
 def test_config_errors_that_used_to_surface_in_a_cell_fail_the_load(change, message, tmp_path):
