@@ -277,6 +277,10 @@ KILL_SCRIPT = textwrap.dedent('''
             return self.inner._generate(requests)
 
     register_pool("slow", lambda: [Slow(f"s{a}", a) for a in (0.9, 0.7, 0.5, 0.3)])
+    # one coalition per lockstep group (15 questions x 1 sample), so coalitions finish one by one and the
+    # kill lands between two of them (a whole game in one group would write every coalition at once)
+    import crl_envs.valuation.executors as executors
+    executors.MAX_LOCKSTEP_EPISODES = 15
     CONFIG = {"pools": {"slow": "slow"}, "tasks": {"arith": {"n": 15, "seed": 4}},
               "protocols": {"debate": {}}, "valuation": {"bootstrap_resamples": 100}}
 
