@@ -72,9 +72,9 @@ def test_a_crl_run_in_a_study_logs_to_mlflow_and_trackio_offline(tmp_path, monke
     config = {
         "study": {"name": name, "out": str(out), "trackers": ["mlflow", "trackio"]},
         "pools": {"zoo": "zoo"},
-        "tasks": {"arith": {"n": 12, "seed": 2, "options": {"digits": 2, "operations": ["+", "-"]}}},
+        "tasks": {"arith": {"n": 12, "seed": 2, "max_new_tokens": 8, "options": {"digits": 2, "operations": ["+", "-"]}}},
         "training": {"pool": "zoo", "learner": "model_4", "trainers": ["crl"], "seeds": [0], "questions_per_step": 2,
-                     "num_generations": 2, "n_train": 8, "n_eval": 4, "max_new_tokens": 8,
+                     "num_generations": 2, "n_train": 8, "n_eval": 4,
                      "setups": {"vote": {"steps": 2, "learning_rate": 1e-3}}, "bootstrap_resamples": 50},
     }
     result = study.run(config, progress=False)
