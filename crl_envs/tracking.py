@@ -16,6 +16,7 @@ tracker of theirs is opened. Metrics that are not finite numbers are not sent (t
 
 from __future__ import annotations
 
+import abc
 import difflib
 import json
 import math
@@ -29,24 +30,26 @@ TRACKERS: dict[str, str] = {"tensorboard": "tensorboard", "mlflow": "mlflow", "t
 INSTALL = "pip install 'crl-envs[trackers]'"
 
 
-class Tracker:
+class Tracker(abc.ABC):
     """Where one run's records go. Subclasses implement the four methods; :class:`Trackers` fans out."""
 
     name = "tracker"
 
+    @abc.abstractmethod
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Record ``metrics`` (finite numbers, already filtered) at ``step``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def log_artifact(self, path: Path) -> None:
         """Keep a copy of the file ``path`` with the run (a study's tables, a report)."""
-        raise NotImplementedError
 
     def flush(self) -> None:
-        """Make what was logged so far readable by the tracker's own tools."""
+        """Make what was logged so far readable by the tracker's own tools (default: already readable)."""
+        return None
 
     def close(self) -> None:
-        """End the run (after this, nothing more is logged)."""
+        """End the run (after this, nothing more is logged; default: nothing to release)."""
+        return None
 
 
 def check_trackers(names: Any, key: str = "trackers") -> tuple[str, ...]:
