@@ -28,8 +28,9 @@ from agents.base import Agent, Generation, Request, truncate_at_stop
 from agents.spec_options import split_options
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
-#: Retries of a refused connection (no server at the base URL), each after at most CONNECT_RETRY_DELAY
-#: seconds: a server that is restarting gets a second or so, a wrong URL fails in about that time.
+#: Retries of a refused connection to a server this agent has never reached (a wrong URL, a server that was
+#: never started), each after at most CONNECT_RETRY_DELAY seconds: such a mistake fails in about a second.
+#: Once the server has answered, a refusal means it is restarting: it gets the full retry budget.
 CONNECT_RETRIES = 2
 CONNECT_RETRY_DELAY = 0.5
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
@@ -102,7 +103,9 @@ class OpenAIAgent(Agent):
             unset means no key (local servers).
         concurrency: the most requests in flight at once.
         timeout: seconds per attempt (connect, read and write).
-        max_retries: retries after the first attempt of a request.
+        max_retries: retries after the first attempt of a request. A refused connection to a server this
+            agent has never reached is retried only ``CONNECT_RETRIES`` times, within about a second (a wrong
+            URL fails fast); once the server has answered, a refusal (a restart) gets every retry.
         backoff_base, backoff_max: exponential backoff of retry ``k``: ``min(max, base * 2**k)``,
             jittered down by up to half; a server's ``Retry-After`` (capped at ``retry_after_max``)
             takes precedence.
@@ -169,6 +172,7 @@ class OpenAIAgent(Agent):
         self.seed_bits = seed_bits
         self.extra_body = dict(extra_body or {})
         self._rng = random.Random()
+        self._reached = False  # has the server answered this agent at least once?
 
     @classmethod
     def from_spec(cls, target: str) -> OpenAIAgent:
@@ -249,7 +253,7 @@ class OpenAIAgent(Agent):
                 wait = backoff_delay(attempt - 1, self.backoff_base, self.backoff_max, self._rng)
                 if last is not None and last.retry_after is not None:
                     wait = min(self.retry_after_max, last.retry_after)
-                if last is not None and last.refused:
+                if last is not None and last.refused and not self._reached:
                     wait = min(wait, CONNECT_RETRY_DELAY)
                 await asyncio.sleep(wait)
             t0 = time.perf_counter()
@@ -261,7 +265,7 @@ class OpenAIAgent(Agent):
                 return generation
             except _Failure as failure:
                 last = failure
-                if not failure.retryable or (failure.refused and attempt >= CONNECT_RETRIES):
+                if not failure.retryable or (failure.refused and not self._reached and attempt >= CONNECT_RETRIES):
                     break
         attempts = attempt + 1
         message = (
@@ -273,6 +277,7 @@ class OpenAIAgent(Agent):
     async def _post(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Any:
         try:
             response = await client.post(url, json=body)
+            self._reached = True
         except httpx.TimeoutException as e:
             raise _Failure(f"timed out after {self.timeout} s ({type(e).__name__})", retryable=True) from None
         except httpx.ConnectError as e:  # nothing listens there (refused), or the host name does not resolve

@@ -460,3 +460,13 @@ def test_a_refused_connection_fails_fast_naming_the_base_url_and_the_request():
     assert elapsed < 5, f"a refused connection took {elapsed:.1f} s to surface"
     assert "\n" not in message and f"is a server running at {url}?" in message and "fix the base URL" in message
     assert "request 1 of 4 (no task example) failed after 3 attempts" in message and "None" not in message
+
+
+def test_a_server_that_answered_then_refuses_gets_every_retry():
+    """A refusal from a server that has answered before is a restart, not a wrong URL: the agent keeps
+    its full retry budget (the fast path above is only for servers it never reached)."""
+    with ChatServer() as server:
+        agent = make_agent(server.url, max_retries=4, backoff_base=0.05, backoff_max=0.1)
+        assert agent.generate(make_requests(1))[0].text
+    with pytest.raises(OpenAIRequestError, match=r"failed after 5 attempts; last failure: connection error"):
+        agent.generate(make_requests(1))
