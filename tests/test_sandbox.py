@@ -26,13 +26,29 @@ TIMEOUT = 3.0  # programs that must be killed at the wall clock
 FAST = 30.0  # programs that end by themselves: a wall clock a loaded machine meets (they take 0.05-2 s)
 
 
+_PREEXISTING: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _preexisting_children():
+    """The test process's children before each test (e.g. multiprocessing's resource tracker, started by
+    an earlier test of the session): they are not the sandbox's to clean up."""
+    _PREEXISTING.clear()
+    _PREEXISTING.update(p.pid for p in psutil.Process().children(recursive=True))
+    yield
+
+
+def _new_children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in _PREEXISTING]
+
+
 def _assert_contained(result, timeout=TIMEOUT):
     """Scored 0, within its limit (plus process start/teardown slack), nothing of it left running."""
     assert not result.passed
     assert result.seconds < timeout + 3.0, result
     assert session_processes(result.pid) == []
     assert result.namespaces and all(namespace_processes(ns) == [] for ns in result.namespaces)
-    assert psutil.Process().children(recursive=True) == []
+    assert _new_children() == []
 
 
 def test_correct_program_passes_and_output_is_kept():
