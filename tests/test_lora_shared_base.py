@@ -13,7 +13,7 @@ import agents
 import agents.zoo
 from agents.hf import LoraAdapterAgent, active_adapter
 from crl_envs import tasks
-from trainers import CRLConfig, CRLTrainer, LoraSettings, LOORewardConfig, LOORewardTrainer
+from trainers import CRLConfig, CRLTrainer, LOORewardConfig, LOORewardTrainer, LoraSettings
 from trainers.rollout import learner_sequences, token_logprobs
 
 FAST = dict(steps=2, questions_per_step=2, num_generations=4, max_new_tokens=24, learning_rate=1e-2, progress=False,
@@ -174,3 +174,11 @@ def test_rollout_policies_must_serve_adapters_one_agent_each(pool, train):
     served = trainer._states["model_2"].rollout_policy.path
     assert sorted(p.name for p in served.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
     assert not trainer.sync_rollout_policy()  # unchanged since: nothing written
+
+
+def test_lora_rank_slot_is_the_smallest_vllm_rank_that_holds_the_adapter():
+    from agents.vllm import lora_rank_slot
+
+    assert [lora_rank_slot(r) for r in (1, 2, 8, 9, 64, 300, 512)] == [1, 8, 8, 16, 64, 320, 512]
+    with pytest.raises(ValueError, match="vLLM serves LoRA adapters up to rank 512, got r=600; lower LoraSettings.r"):
+        lora_rank_slot(600)
