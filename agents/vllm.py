@@ -67,6 +67,29 @@ def lora_rank_slot(r: int) -> int:
     raise ValueError(f"vLLM serves LoRA adapters up to rank {LORA_RANK_SLOTS[-1]}, got r={r}; lower LoraSettings.r")
 
 
+def lora_unsupported(model: str | Path) -> str | None:
+    """Why vLLM cannot serve LoRA adapters on the model directory ``model`` (its architecture's vLLM class
+    lacks ``SupportsLoRA``, e.g. GPT-2 in vLLM 0.32), or None when it can or when that cannot be told
+    without loading (a hub id, an unknown architecture, another vLLM version's registry)."""
+    import json
+
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return None
+    architectures = json.loads(config.read_text()).get("architectures") or []
+    try:
+        from vllm.model_executor.models import ModelRegistry
+        from vllm.model_executor.models.interfaces import supports_lora
+
+        classes = [ModelRegistry._try_load_model_cls(a) for a in architectures]
+    except Exception:  # noqa: BLE001 - another vLLM's registry: let the engine decide
+        return None
+    if classes and all(c is not None and not supports_lora(c) for c in classes):
+        return (f"vLLM {getattr(import_vllm(), '__version__', '')} has no LoRA for {', '.join(architectures)} "
+                "(its model class lacks SupportsLoRA; the engine would refuse after loading)")
+    return None
+
+
 def import_vllm() -> Any:
     """The ``vllm`` module, or an ImportError that says what to install."""
     try:
@@ -178,6 +201,11 @@ class VLLMAgent(TokenizerPrompts, Agent):
             require_model(f"VLLMAgent({self.source!r})", self.source, "pass a local model directory written by "
                           "save_pretrained (e.g. 'vllm:/path/to/model')")
         self.name = name or Path(self.source).name or self.source
+        if enable_lora or lora_path is not None:
+            why = lora_unsupported(self.source)
+            if why is not None:  # before the engine loads (tens of seconds)
+                raise ValueError(f"VLLMAgent({self.source!r}) with LoRA: {why}; serve this model without adapters, "
+                                 "or adapters of a model vLLM adapts (Llama, Qwen, Gemma 3)")
         self.logprobs = logprobs
         on_cpu = _on_cpu()
         kwargs: dict[str, Any] = {

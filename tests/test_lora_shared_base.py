@@ -56,7 +56,8 @@ def test_shared_base_gives_the_numbers_of_one_model_per_learner(pool, train, kin
     trainer_class, config_class = {"crl": (CRLTrainer, CRLConfig), "loo": (LOORewardTrainer, LOORewardConfig)}[kind]
     runs = {}
     for shared in (False, True):
-        cfg = config_class(**FAST, lora_shared_base=shared, output_dir=str(tmp_path / str(shared)), save_steps=1)
+        cfg = config_class(**FAST, beta=0.05, lora_shared_base=shared, output_dir=str(tmp_path / str(shared)),
+                           save_steps=1)
         trainer = trainer_class("vote", pool, train, learners=ROOKIES, config=cfg)
         init = {j: trainer.trainable_state(j) for j in ROOKIES}
         history = trainer.fit()
@@ -68,12 +69,16 @@ def test_shared_base_gives_the_numbers_of_one_model_per_learner(pool, train, kin
     for j in ROOKIES:
         assert len(init_b[j]) == len(init_a[j]) and all(f".{j}." in n for n in init_b[j])  # its own adapter only
         assert all(torch.equal(a, b) for a, b in zip(init_a[j].values(), init_b[j].values()))
-        for key in ("loss", "grad_norm", "learner_tokens", "reward_mean"):
+        for key in ("loss", "grad_norm", "kl", "learner_tokens", "reward_mean"):
             assert [h[f"{key}/{j}"] for h in hist_b] == pytest.approx([h[f"{key}/{j}"] for h in hist_a], abs=1e-6)
         assert max(float((a - b).abs().max()) for a, b in zip(final_a[j].values(), final_b[j].values())) < 1e-6
     assert shared.rollouts == separate.rollouts
     saved = torch.load(tmp_path / "True" / "checkpoint-000002" / "model_2" / "trainable.pt")
     assert saved.keys() == final_b["model_2"].keys()
+    resumed = trainer_class("vote", pool, train, learners=ROOKIES, config=shared.config)
+    assert resumed.load_checkpoint(tmp_path / "True" / "checkpoint-000002") and resumed.step == 2
+    for j in ROOKIES:  # each adapter back from its own file, into the one shared model
+        assert all(torch.equal(w, final_b[j][n]) for n, w in resumed.trainable_state(j).items())
 
 
 def test_updating_one_adapter_leaves_the_other_and_the_base_exactly(pool, train):
@@ -182,3 +187,17 @@ def test_lora_rank_slot_is_the_smallest_vllm_rank_that_holds_the_adapter():
     assert [lora_rank_slot(r) for r in (1, 2, 8, 9, 64, 300, 512)] == [1, 8, 8, 16, 64, 320, 512]
     with pytest.raises(ValueError, match="vLLM serves LoRA adapters up to rank 512, got r=600; lower LoraSettings.r"):
         lora_rank_slot(600)
+
+
+@pytest.mark.slow  # imports vLLM (10 s)
+def test_vllm_rollouts_of_gpt2_adapters_are_refused_before_the_engine_loads(pool, train, monkeypatch):
+    """The zoo's models are GPT-2, for which vLLM has no LoRA: one line, before any engine is built."""
+    pytest.importorskip("vllm")
+    import agents.vllm
+
+    monkeypatch.setattr(agents.vllm, "_engine", lambda *a, **kw: pytest.fail("built an engine before checking"))
+    with pytest.raises(ValueError, match=r"with LoRA: vLLM [\d.]+ has no LoRA for GPT2LMHeadModel \(its model class "
+                                         r"lacks SupportsLoRA") as info:
+        CRLTrainer("vote", pool, train, learners=ROOKIES, config=CRLConfig(**FAST, lora_shared_base=True),
+                   rollout_policy="vllm")
+    assert "\n" not in str(info.value)
