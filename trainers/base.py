@@ -351,7 +351,10 @@ class PolicyGradientTrainer(abc.ABC):
             each step's rollouts the policy's current weights (LoRA merged) are loaded into it
             whenever they changed (:meth:`sync_rollout_policy`), so every rollout is on-policy.
             Partners play on whatever backend the pool gives them (``agents.pool("pretrained-vllm")``).
-            Several learners: ``"vllm"`` (one engine each) or a dict learner id -> agent.
+            Several learners: ``"vllm"`` (one engine each) or a dict learner id -> agent. With
+            ``config.lora_shared_base``: ``"vllm"`` is one engine on the base with LoRA on and ``max_loras`` =
+            the number of learners, one agent per learner on it (or a dict of agents with ``set_lora``); each
+            adapter that changed is re-saved and served under a new ``LoRARequest`` id before the rollouts.
         learners: several pool members trained at once (``["model_3", "model_4"]``), each a trainable
             policy in the same rollouts with its own credit, group baseline, optimizer and checkpoint
             files; ``config.schedule`` says whether a step updates all of them (``"joint"``) or one in
@@ -362,7 +365,9 @@ class PolicyGradientTrainer(abc.ABC):
         ValueError / TypeError: one line, before any model is copied or loaded by the trainer, for a
             learner not in the pool, one listed twice, ``learner`` and ``learners`` both given, a
             learner that is not a transformers model (a scripted agent, a server), LoRA on a backend
-            that is not HF, or several learners on a trainer that trains one.
+            that is not HF, several learners on a trainer that trains one, or with ``config.lora_shared_base``
+            learners that are not copies of one base model (different specs, classes, configs, tokenizers or
+            weights) or one rollout agent for several learners.
     """
 
     config_class: type[TrainerConfig] = TrainerConfig
@@ -412,12 +417,8 @@ class PolicyGradientTrainer(abc.ABC):
             raise ValueError(f"unknown advantage estimator {self.config.advantage!r}; registered: {sorted(ADVANTAGES)}")
         rollout_policies = _per_learner("rollout_policy", rollout_policy, ids, broadcast=("vllm",))
         torch.manual_seed(self.config.seed)
-        self._states: dict[str, _LearnerState] = {}
-        if shared:
-            self._states = self._make_shared_states(ids, policies.get(ids[0]))
-        for j in ids:
-            if j not in self._states:
-                self._states[j] = self._make_state(j, policies.get(j))
+        self._states: dict[str, _LearnerState] = (self._make_shared_states(ids, policies.get(ids[0])) if shared else
+                                                  {j: self._make_state(j, policies.get(j)) for j in ids})
         #: learners updated by the step being collected (all under ``"joint"``, one under ``"round_robin"``)
         self.training: list[str] = list(ids)
         self.step = 0
