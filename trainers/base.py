@@ -13,7 +13,9 @@ import copy
 import json
 import os
 import shutil
+import tempfile
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,9 +226,10 @@ def _learner_ids(learner: str | None, learners: Sequence[str] | None) -> list[st
     return list(learners)
 
 
-def _check_learner_specs(pool: Any, ids: list[str], *, lora: bool) -> None:
-    """Checks that need no model: with the pool given as agents / spec strings, a learner id past its end
-    and a learner on a served backend (``openai:``, ``vllm:``, ``llamacpp:``)."""
+def _check_learner_specs(pool: Any, ids: list[str], *, lora: bool, shared_base: bool = False) -> None:
+    """Checks that need no model: with the pool given as agents / spec strings, a learner id past its end,
+    a learner on a served backend (``openai:``, ``vllm:``, ``llamacpp:``), and with ``shared_base`` learners
+    whose specs name different models."""
     if isinstance(pool, (Pool, str)) or not isinstance(pool, Sequence):
         return
     members = list(pool)
@@ -241,6 +244,41 @@ def _check_learner_specs(pool: Any, ids: list[str], *, lora: bool) -> None:
             _raise_untrainable(j, f"the {spec.split(':', 1)[0]} backend ({spec!r})", lora=lora)
         elif isinstance(spec, Agent):  # a built agent (a scripted one has no weights)
             _check_trainable(j, spec, lora=lora)
+    models = {j: members[roster.index(j)].split("?", 1)[0] for j in ids if isinstance(members[roster.index(j)], str)}
+    if shared_base and len(set(models.values())) > 1:
+        first, *_ = models
+        other = next(j for j in models if models[j] != models[first])
+        _raise_not_one_base(first, repr(models[first]), other, repr(models[other]), "write both with the same spec")
+
+
+def _raise_not_one_base(a: str, what_a: str, b: str, what_b: str, fix: str) -> None:
+    raise ValueError(f"config.lora_shared_base=True holds the learners as adapters of one base model, but {a} is "
+                     f"{what_a} and {b} is {what_b}: {fix}, or set lora_shared_base=False (one model per learner)")
+
+
+def _check_one_base(ids: list[str], sources: Mapping[str, Agent]) -> None:
+    """The learners' models are copies of one base: the same class, config, tokenizer vocabulary and every
+    weight equal (exact); else one line names the first pair that differs and what differs."""
+    first = ids[0]
+    a = sources[first]
+    config_a = {k: v for k, v in a.model.config.to_dict().items() if k not in ("_name_or_path", "name_or_path")}
+    weights_a = a.model.state_dict()
+    for j in ids[1:]:
+        b = sources[j]
+        if b is a:
+            continue
+        config_b = {k: v for k, v in b.model.config.to_dict().items() if k not in ("_name_or_path", "name_or_path")}
+        if type(b.model) is not type(a.model) or config_b != config_a:
+            _raise_not_one_base(first, f"a {type(a.model).__name__} ({a.name!r})", j,
+                                f"a {type(b.model).__name__} with another config ({b.name!r})", "train copies of one model")
+        if a.tokenizer.get_vocab() != b.tokenizer.get_vocab():
+            _raise_not_one_base(first, repr(a.name), j, f"{b.name!r} with another tokenizer", "train copies of one model")
+        weights_b = b.model.state_dict()
+        differ = next((n for n, t in weights_a.items() if n not in weights_b or t.dtype != weights_b[n].dtype
+                       or t.shape != weights_b[n].shape or not torch.equal(t, weights_b[n].to(t.device))), None)
+        if differ is not None:
+            _raise_not_one_base(first, repr(a.name), j, f"{b.name!r}, whose weights differ (e.g. {differ})",
+                                "train copies of one model")
 
 
 def _raise_untrainable(learner: str, what: str, *, lora: bool) -> None:
@@ -288,6 +326,9 @@ class _LearnerState:
     stale: bool = False  # the rollout engine lags the policy's weights
     eos_token_id: int | None = None
     device: Any = None
+    adapter: str | None = None  # lora_shared_base: the learner's adapter in the shared model
+    params: list[torch.nn.Parameter] = field(default_factory=list)  # what its optimizer updates
+    served: Path | None = None  # lora_shared_base on vLLM: where its adapter is written for the engine
 
 
 class PolicyGradientTrainer(abc.ABC):
@@ -310,7 +351,10 @@ class PolicyGradientTrainer(abc.ABC):
             each step's rollouts the policy's current weights (LoRA merged) are loaded into it
             whenever they changed (:meth:`sync_rollout_policy`), so every rollout is on-policy.
             Partners play on whatever backend the pool gives them (``agents.pool("pretrained-vllm")``).
-            Several learners: ``"vllm"`` (one engine each) or a dict learner id -> agent.
+            Several learners: ``"vllm"`` (one engine each) or a dict learner id -> agent. With
+            ``config.lora_shared_base``: ``"vllm"`` is one engine on the base with LoRA on and ``max_loras`` =
+            the number of learners, one agent per learner on it (or a dict of agents with ``set_lora``); each
+            adapter that changed is re-saved and served under a new ``LoRARequest`` id before the rollouts.
         learners: several pool members trained at once (``["model_3", "model_4"]``), each a trainable
             policy in the same rollouts with its own credit, group baseline, optimizer and checkpoint
             files; ``config.schedule`` says whether a step updates all of them (``"joint"``) or one in
@@ -321,7 +365,9 @@ class PolicyGradientTrainer(abc.ABC):
         ValueError / TypeError: one line, before any model is copied or loaded by the trainer, for a
             learner not in the pool, one listed twice, ``learner`` and ``learners`` both given, a
             learner that is not a transformers model (a scripted agent, a server), LoRA on a backend
-            that is not HF, or several learners on a trainer that trains one.
+            that is not HF, several learners on a trainer that trains one, or with ``config.lora_shared_base``
+            learners that are not copies of one base model (different specs, classes, configs, tokenizers or
+            weights) or one rollout agent for several learners.
     """
 
     config_class: type[TrainerConfig] = TrainerConfig
@@ -348,7 +394,8 @@ class PolicyGradientTrainer(abc.ABC):
         if len(ids) > 1 and not self.multi_learner:
             raise ValueError(f"{type(self).__name__} trains one learner, got learners={ids}: use CRLTrainer, "
                              "LOORewardTrainer or ShapleyCreditTrainer, or one trainer per learner")
-        _check_learner_specs(pool, ids, lora=self.config.lora is not None)
+        shared = self.config.lora_shared_base
+        _check_learner_specs(pool, ids, lora=self.config.lora is not None, shared_base=shared)
         self.protocol = protocols.get(protocol)
         self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
         if isinstance(task, str):
@@ -361,6 +408,8 @@ class PolicyGradientTrainer(abc.ABC):
             if j not in self.pool.ids:
                 raise ValueError(f"learner {j!r} is not in the pool; pool agents are {self.pool.ids}")
             _check_trainable(j, policies.get(j, self.pool[j]), lora=self.config.lora is not None)
+        if shared:
+            _check_one_base(ids, {j: policies.get(j, self.pool[j]) for j in ids})
         #: the trained agent ids, in the order given
         self.learners: list[str] = ids
         get_loss(self.config.loss_type)  # fail early on unknown names
@@ -368,9 +417,8 @@ class PolicyGradientTrainer(abc.ABC):
             raise ValueError(f"unknown advantage estimator {self.config.advantage!r}; registered: {sorted(ADVANTAGES)}")
         rollout_policies = _per_learner("rollout_policy", rollout_policy, ids, broadcast=("vllm",))
         torch.manual_seed(self.config.seed)
-        self._states: dict[str, _LearnerState] = {}
-        for j in ids:
-            self._states[j] = self._make_state(j, policies.get(j))
+        self._states: dict[str, _LearnerState] = (self._make_shared_states(ids, policies.get(ids[0])) if shared else
+                                                  {j: self._make_state(j, policies.get(j)) for j in ids})
         #: learners updated by the step being collected (all under ``"joint"``, one under ``"round_robin"``)
         self.training: list[str] = list(ids)
         self.step = 0
@@ -383,7 +431,16 @@ class PolicyGradientTrainer(abc.ABC):
                                                max_new_tokens=self.config.max_new_tokens)
         self.eval_sampling = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
         for j in ids:
-            self._states[j].rollout_policy = self._make_rollout_policy(rollout_policies.get(j), self._states[j].policy)
+            state = self._states[j]
+            if state.adapter is None:
+                state.rollout_policy = self._make_rollout_policy(rollout_policies.get(j), state.policy)
+            else:
+                state.rollout_policy = self._make_adapter_rollout_policy(rollout_policies.get(j), state.policy)
+                state.stale = state.rollout_policy is not state.policy  # serve the adapter from the first rollout
+        served = [id(s.rollout_policy) for s in self._states.values()]
+        if shared and len(set(served)) < len(served):
+            raise ValueError("rollout_policy gives several learners the same agent: with lora_shared_base each "
+                             "learner needs its own (VLLMAgents on one engine, each with its adapter)")
         #: weight syncs into the rollout policies so far (all learners), and the last one's seconds
         self.weight_syncs, self.sync_seconds = 0, 0.0
 
@@ -396,13 +453,42 @@ class PolicyGradientTrainer(abc.ABC):
             self._apply_lora(state.policy)
         if self.config.beta > 0 and self.config.lora is None:
             state.reference = copy.deepcopy(state.policy.model).eval().requires_grad_(False)
-        params = [p for p in state.policy.model.parameters() if p.requires_grad]
+        self._finish_state(learner, state, [p for p in state.policy.model.parameters() if p.requires_grad])
+        return state
+
+    def _finish_state(self, learner: str, state: _LearnerState, params: list[torch.nn.Parameter]) -> None:
+        """Give ``state`` its optimizer over ``params`` and its stop token."""
         if not params:
             raise ValueError(f"learner {learner!r}'s model has no trainable parameters")
+        state.params = params
         state.optimizer = torch.optim.AdamW(params, lr=self.config.learning_rate, weight_decay=self.config.weight_decay)
         eos = state.policy.tokenizer.eos_token_id
         state.eos_token_id = eos if isinstance(eos, int) else None
-        return state
+
+    def _make_shared_states(self, ids: list[str], policy: Agent | None) -> dict[str, _LearnerState]:
+        """``lora_shared_base``: one copy of the first learner's model (checked equal to the others'), one
+        named LoRA adapter per learner on it (added in learner order, so each draws the initial weights a
+        model of its own would), and per learner an agent that plays with its adapter, its optimizer."""
+        from agents.hf import LoraAdapterAgent
+
+        base = policy if policy is not None else copy.deepcopy(self.pool[ids[0]])
+        model = base.model
+        for k, j in enumerate(ids):
+            settings = self._lora_settings(model if k == 0 else model.get_base_model())
+            if k == 0:
+                from peft import get_peft_model
+
+                base.model = model = get_peft_model(model, settings, adapter_name=j)
+            else:
+                model.add_adapter(j, settings)
+        model.eval()  # no dropout: the recomputed log-probs must match the sampled ones
+        states = {}
+        for j in ids:
+            agent = LoraAdapterAgent(base, j, name=self.pool[j].name)
+            state = _LearnerState(policy=agent, device=next(model.parameters()).device, adapter=j)
+            self._finish_state(j, state, list(agent.adapter_state().values()))
+            states[j] = state
+        return states
 
     # ------------------------------------------------------------------ the learners
     @property
@@ -537,8 +623,16 @@ class PolicyGradientTrainer(abc.ABC):
         each one optimizer step built from ``gradient_accumulation_steps`` micro-batches. Sequences with
         advantage 0 add nothing to a PG loss and are not forwarded unless a KL term needs them (the
         normalisation still counts them)."""
-        cfg = self.config
         state = self._only("optimise") if learner is None else self._states[learner]
+        if state.adapter is None:
+            return self._optimise(sequences, state)
+        from agents.hf import active_adapter
+
+        with active_adapter(state.policy.model, state.adapter):  # the shared base: this learner's adapter
+            return self._optimise(sequences, state)
+
+    def _optimise(self, sequences: list[LearnerSequence], state: _LearnerState) -> dict[str, float]:
+        cfg = self.config
         loss_fn = get_loss(cfg.loss_type)
         total_tokens = sum(len(s.completion_ids) for s in sequences)
         total_sequences = len(sequences)
@@ -577,8 +671,7 @@ class PolicyGradientTrainer(abc.ABC):
                 sums["loss"] += float(loss.detach())
                 for key in ("clipped_tokens", "kl_sum"):
                     sums[key] += part_stats.get(key, 0.0)
-            params = [p for p in model.parameters() if p.requires_grad]
-            sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+            sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(state.params, cfg.max_grad_norm))
             state.optimizer.step()
         state.optimizer.zero_grad(set_to_none=True)
         passes = cfg.num_iterations
@@ -661,15 +754,45 @@ class PolicyGradientTrainer(abc.ABC):
                             "not reach it after each step; pass an agents.VLLMAgent")
         return rollout_policy
 
+    def _make_adapter_rollout_policy(self, rollout_policy: Agent | str | None, policy: Agent) -> Agent:
+        """``lora_shared_base``: the agent that serves ``policy``'s adapter in rollouts: the policy itself, or
+        a vLLM agent on the base model with LoRA on (``"vllm"``: all learners on one engine with
+        ``max_loras`` = the number of learners, so every adapter stays resident)."""
+        if rollout_policy is None:
+            return policy
+        k = len(self.learners)
+        if rollout_policy == "vllm":
+            from agents.vllm import VLLMAgent, lora_rank_slot
+
+            source = policy.model.get_base_model().config._name_or_path
+            if not source or not Path(source).is_dir():
+                raise ValueError(f"rollout_policy='vllm' needs the learners' base loaded from a model directory, got "
+                                 f"{source!r}; pass rollout_policy={{id: VLLMAgent(<directory>, enable_lora=True)}}")
+            return VLLMAgent(source, name=policy.name, enable_lora=True, max_loras=k,
+                             max_lora_rank=lora_rank_slot(self.config.lora.r))
+        if isinstance(rollout_policy, str):
+            raise ValueError(f"rollout_policy must be an agent with set_lora or 'vllm', got {rollout_policy!r}")
+        if not callable(getattr(rollout_policy, "set_lora", None)):
+            raise TypeError(f"rollout_policy {rollout_policy!r} has no set_lora(): with lora_shared_base each learner's "
+                            "adapter is served by path after each step; pass an agents.VLLMAgent with enable_lora=True")
+        return rollout_policy
+
     def sync_rollout_policy(self, force: bool = False) -> bool:
-        """Load each learner's current weights (LoRA adapters merged in) into its rollout policy if they
-        changed since the last sync (or ``force``); True when any weights were loaded."""
+        """Load each learner's current weights into its rollout policy if they changed since the last sync
+        (or ``force``): the weights with LoRA merged in, or with ``lora_shared_base`` the learner's adapter,
+        written to its own directory and served under a new ``LoRARequest`` id. True when any were loaded."""
         loaded = False
         for state in self._states.values():
             if state.rollout_policy is state.policy or not (state.stale or force):
                 continue
             t0 = time.perf_counter()
-            state.rollout_policy.load_weights(merged_weights(state.policy.model))
+            if state.adapter is not None:
+                if state.served is None:
+                    state.served = Path(tempfile.mkdtemp(prefix=f"crl-envs-adapter-{state.adapter}-"))
+                    weakref.finalize(self, shutil.rmtree, state.served, ignore_errors=True)
+                state.rollout_policy.set_lora(state.policy.save_adapter(state.served))
+            else:
+                state.rollout_policy.load_weights(merged_weights(state.policy.model))
             self.sync_seconds = time.perf_counter() - t0
             self.weight_syncs += 1
             state.stale = False
@@ -677,15 +800,19 @@ class PolicyGradientTrainer(abc.ABC):
         return loaded
 
     # ------------------------------------------------------------------ LoRA
-    def _apply_lora(self, policy: Agent) -> None:
-        from peft import LoraConfig, get_peft_model
+    def _lora_settings(self, model: torch.nn.Module) -> Any:
+        """``config.lora`` as a ``peft.LoraConfig`` for ``model`` (GPT-2's Conv1D layers are fan-in-fan-out)."""
+        from peft import LoraConfig
 
         lora = self.config.lora
-        model = policy.model
-        settings = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                              target_modules=list(lora.target_modules), task_type="CAUSAL_LM",
-                              fan_in_fan_out=getattr(model.config, "model_type", "") == "gpt2")
-        policy.model = get_peft_model(model, settings)
+        return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                          target_modules=list(lora.target_modules), task_type="CAUSAL_LM",
+                          fan_in_fan_out=getattr(model.config, "model_type", "") == "gpt2")
+
+    def _apply_lora(self, policy: Agent) -> None:
+        from peft import get_peft_model
+
+        policy.model = get_peft_model(policy.model, self._lora_settings(policy.model))
         policy.model.eval()  # no dropout: the recomputed log-probs must match the sampled ones
 
     # ------------------------------------------------------------------ logging and checkpoints
@@ -708,7 +835,8 @@ class PolicyGradientTrainer(abc.ABC):
     def trainable_state(self, learner: str | None = None) -> dict[str, torch.Tensor]:
         """The trainable tensors of ``learner`` (default: the one learner)."""
         state = self._only("trainable_state") if learner is None else self._states[learner]
-        return {n: p.detach().cpu().clone() for n, p in state.policy.model.named_parameters() if p.requires_grad}
+        names = {id(p): n for n, p in state.policy.model.named_parameters()}
+        return {names[id(p)]: p.detach().cpu().clone() for p in state.params}
 
     def _learner_dir(self, root: Path, learner: str) -> Path:
         """Where ``learner``'s files go inside a checkpoint: the checkpoint itself for one learner, else ``<id>/``."""
@@ -824,7 +952,10 @@ class PolicyGradientTrainer(abc.ABC):
         several learners: each in ``path/<id>``."""
         path = Path(path)
         for j, state in self._states.items():
-            state.policy.model.save_pretrained(self._learner_dir(path, j))
+            if state.adapter is not None:  # the shared base: this learner's adapter alone
+                state.policy.save_adapter(self._learner_dir(path, j))
+            else:
+                state.policy.model.save_pretrained(self._learner_dir(path, j))
             state.policy.tokenizer.save_pretrained(self._learner_dir(path, j))
         return path
 

@@ -89,6 +89,9 @@ class TrainerConfig:
         loss_type: a name in :data:`trainers.losses.LOSSES` (``"grpo"``, ``"dapo"``, ``"dr_grpo"``).
         beta: weight of the k3 KL to the reference (the initial policy); 0 loads no reference.
         lora: :class:`LoraSettings` to train a LoRA adapter instead of every weight.
+        lora_shared_base: with ``lora`` and several learners that are copies of one base model, hold the
+            base once and each learner as its own named peft adapter on it (its own optimizer over its
+            adapter, its own checkpoint); False: each learner is its own copy of the model.
         protocol_options: keyword arguments of the protocol factory (e.g. ``{"rounds": 2}``).
         seed: seeds question order, sampling and initialisation.
         output_dir: where metrics (JSONL + TensorBoard) and checkpoints go (``None``: nothing written).
@@ -124,6 +127,7 @@ class TrainerConfig:
     loss_type: str = "dapo"
     beta: float = 0.0
     lora: LoraSettings | None = None
+    lora_shared_base: bool = False
     protocol_options: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     output_dir: str | None = None
@@ -170,7 +174,7 @@ class TrainerConfig:
                             f"got {type(self.protocol_options).__name__}")
         if self.output_dir is not None and not isinstance(self.output_dir, (str, os.PathLike)):
             raise TypeError(f"{name}.output_dir must be a path (str) or None, got {self.output_dir!r}")
-        for field_name in ("tensorboard", "progress"):
+        for field_name in ("tensorboard", "progress", "lora_shared_base"):
             if not isinstance(getattr(self, field_name), bool):
                 raise TypeError(f"{name}.{field_name} must be True or False, got {getattr(self, field_name)!r}")
         self.trackers = check_trackers(self.trackers, f"{name}.trackers")
@@ -182,6 +186,9 @@ class TrainerConfig:
             self.lora = LoraSettings(**self.lora)
         if self.lora is not None and not isinstance(self.lora, LoraSettings):
             raise TypeError(f"{name}.lora must be a LoraSettings (or a dict of its fields) or None, got {self.lora!r}")
+        if self.lora_shared_base and self.lora is None:
+            raise ValueError(f"{name}.lora_shared_base=True holds each learner as a LoRA adapter on one base: "
+                             "also set lora=LoraSettings(...)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
