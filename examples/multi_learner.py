@@ -1,6 +1,6 @@
 """Several learners at once: one rookie vs two rookies trained jointly vs round-robin, same total steps.
 
-    python examples/multi_learner.py [--protocol vote] [--steps 12] [--seeds 0 1 2] [--n-eval 100] [--out runs/multi.json]
+    python examples/multi_learner.py [--protocol vote] [--steps 12] [--seeds 0 1 2] [--n-eval 100] [--out runs/multi_learner.json]
 
 Pool: zoo-nocarry, zoo-noborrow and two zoo-rookies (``model_2``, ``model_3``; the rookies are the weak
 members that can improve). Three conditions, C-RL with the same settings and the same number of steps:
@@ -14,20 +14,23 @@ with a 95% bootstrap CI over held-out questions of the seed-averaged per-questio
 cross-play gap (:func:`trainers.crossplay`: the gain a learner gives with its training partners minus
 its gain with partners it never trained with, over every 3-member coalition and the pool with the other
 rookie untrained); seconds per step, with the machine's load average (``uptime``), and the memory the
-trained copies hold (weights + AdamW state: k separate models cost k times one). LoRA adapters on one
-shared base are not implemented yet.
+trained copies hold (weights + AdamW state: k separate models cost k times one). The learners here are
+separate models; with ``lora=`` and ``lora_shared_base=True`` the trainer holds them as LoRA adapters on one
+shared base instead (docs/training.md, "k adapters on one base").
 
-Measured (2026-12-03, a 2-core machine shared with other jobs: load average 5 to 18 during the runs,
-so seconds per step are noise, not a comparison). Δ in points, 95% CI over questions:
+Measured: vote, the defaults (2026-12-03, ``--out docs/multi_learner.json``, committed;
+tests/test_multi_learner_figures.py re-runs one seed and checks the tables below and in README.md and
+docs/training.md). The machine was loaded (2 cores shared with other jobs, load average 2.0 to 2.5), so
+s/step is a loaded figure, not a comparison. Δ in points, 95% CI over questions:
 
-vote, 12 steps, seeds 0 1 2, 100 questions; system before 0.610:
-
+vote, 12 steps, seeds [0, 1, 2], 100 held-out questions; before: system 0.610
 | condition | system Δ | model_2 alone Δ | model_3 alone Δ | cross-play gap model_2 / model_3 | s/step | trained state |
 |---|---|---|---|---|---|---|
-| one | +12.0 [+5.0, +19.0] | -24.0 [-32.3, -16.3] | +0.0 [+0.0, +0.0] | -17.7 / - | 4.47 | 2.83 MB |
-| joint | +12.0 [+4.7, +19.3] | -24.7 [-33.3, -16.7] | -24.7 [-33.7, -16.7] | -0.8 / -1.3 | 2.24 | 5.67 MB |
-| round_robin | +12.7 [+5.7, +20.0] | -20.3 [-28.7, -12.7] | -22.7 [-31.3, -14.7] | -2.2 / -2.0 | 1.41 | 5.67 MB |
+| one | +12.0 [+5.0, +19.0] | -24.0 [-32.3, -16.3] | +0.0 [+0.0, +0.0] | -17.7 / - | 0.43 | 2.83 MB |
+| joint | +12.0 [+4.7, +19.3] | -24.7 [-33.3, -16.7] | -24.7 [-33.7, -16.7] | -0.8 / -1.3 | 0.40 | 5.67 MB |
+| round_robin | +12.7 [+5.7, +20.0] | -20.3 [-28.7, -12.7] | -22.7 [-31.3, -14.7] | -2.2 / -2.0 | 0.47 | 5.67 MB |
 
+Earlier (2026-12-03, not re-run since and not checked by the suite; load average 5 to 18, so s/step is noise):
 debate (2 rounds), 8 steps, seeds 0 1 2, 60 questions; system before 0.450:
 
 | condition | system Δ | model_2 alone Δ | model_3 alone Δ | cross-play gap model_2 / model_3 | s/step | trained state |
@@ -39,7 +42,7 @@ debate (2 rounds), 8 steps, seeds 0 1 2, 60 questions; system before 0.450:
 What C-RL finds: each rookie gets worse alone (it learns to stop giving answers that outvote the
 specialists) and the system gains. In vote one rookie learning this already gives the whole gain (in
 debate no condition's gain excludes 0 at 8 steps); with two, each
-one's marginal gain with its trained partner is small (1-2 points in vote: the other already abstains),
+one's marginal gain with its trained partner is small (under 2 points in vote: the other already abstains),
 and the cross-play gap is negative: a trained rookie helps *more* with unseen partners (smaller
 coalitions, an untrained rookie beside it) than with the partners it trained with.
 """
@@ -71,73 +74,115 @@ def load() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def run(protocol: str, steps: int, seeds: list[int], n_eval: int, options: dict) -> dict:
+SETTINGS = dict(questions_per_step=4, num_generations=8, max_new_tokens=24, learning_rate=1e-3)
+
+
+def held_out(n_eval: int) -> tasks.Task:
+    """The first ``n_eval`` held-out questions (a shorter list is a prefix of a longer one)."""
+    return tasks.load("arith", split="test", n=n_eval, **agents.zoo.TASK_OPTIONS)
+
+
+def untrained(protocol: str, eval_task: tasks.Task, options: dict) -> trainers.EvalResult:
+    """The pool before training, on ``eval_task``."""
+    pool = agents.pool(POOL)
+    return trainers.evaluate_policy(protocol, pool, eval_task, {j: pool[j] for j in ROOKIES},
+                                    max_new_tokens=SETTINGS["max_new_tokens"], protocol_options=options)
+
+
+def run_seed(protocol: str, condition: str, seed: int, steps: int, eval_task: tasks.Task, options: dict) -> dict:
+    """One condition, one seed: train, then the per-question scores after training and the cross-play."""
     pool = agents.pool(POOL)
     train = tasks.load("arith", split="train", n=1000, **agents.zoo.TASK_OPTIONS)
-    held_out = tasks.load("arith", split="test", n=n_eval, **agents.zoo.TASK_OPTIONS)
     coalitions = [list(c) for c in itertools.combinations(pool.ids, 3) if set(c) & set(ROOKIES)]
-    before = trainers.evaluate_policy(protocol, pool, held_out, {j: pool[j] for j in ROOKIES}, max_new_tokens=24,
-                                      protocol_options=options)
+    who = dict(CONDITIONS[condition])
+    schedule = who.pop("schedule", "joint")
+    config = trainers.CRLConfig(steps=steps, **SETTINGS, protocol_options=options, seed=seed, schedule=schedule,
+                                progress=False)
+    trainer = trainers.CRLTrainer(protocol, pool, train, config=config, eval_task=eval_task, **who)
+    load_before, t0 = load(), time.perf_counter()
+    trainer.fit()
+    seconds = (time.perf_counter() - t0) / steps
+    policies = {j: trainer.policies.get(j, pool[j]) for j in ROOKIES}  # the untrained rookie where one learns
+    after = trainers.evaluate_policy(protocol, pool, eval_task, policies, max_new_tokens=SETTINGS["max_new_tokens"],
+                                     protocol_options=options, seed=seed)
+    cross = trainers.trainer_crossplay(trainer, coalitions=coalitions)
+    state_bytes = sum(p.numel() * p.element_size() * 3 for pol in trainer.policies.values()
+                      for p in pol.model.parameters() if p.requires_grad)  # weights + AdamW's two moments
+    return {"seed": seed, "system": after.system.tolist(), "alone": {j: after.learners[j].tolist() for j in ROOKIES},
+            "crossplay": {j: {**r.to_dict(), "per_question": {k: v.tolist() for k, v in r.per_question.items()}}
+                          for j, r in cross.learners.items()},
+            "seconds_per_step": seconds, "load": load_before, "state_bytes": state_bytes}
+
+
+def run(protocol: str, steps: int, seeds: list[int], n_eval: int, options: dict) -> dict:
+    eval_task = held_out(n_eval)
+    before = untrained(protocol, eval_task, options)
     out = {"protocol": protocol, "options": options, "steps": steps, "seeds": seeds, "n_eval": n_eval,
-           "before": before.to_dict(), "conditions": {}}
-    for name, who in CONDITIONS.items():
-        schedule = who.get("schedule", "joint")
-        who = {k: v for k, v in who.items() if k != "schedule"}
+           "pool": POOL, "settings": SETTINGS,
+           "before": {"system": before.system_accuracy, "per_question": {
+               "system": before.system.tolist(), **{j: before.learners[j].tolist() for j in ROOKIES}}},
+           "conditions": {}, "runs": {}}
+    for name in CONDITIONS:
         runs = []
         for seed in seeds:
-            config = trainers.CRLConfig(steps=steps, questions_per_step=4, num_generations=8, max_new_tokens=24,
-                                        learning_rate=1e-3, protocol_options=options, seed=seed, schedule=schedule,
-                                        progress=False)
-            trainer = trainers.CRLTrainer(protocol, pool, train, config=config, eval_task=held_out, **who)
-            load_before, t0 = load(), time.perf_counter()
-            trainer.fit()
-            seconds = (time.perf_counter() - t0) / steps
-            policies = {j: trainer.policies.get(j, pool[j]) for j in ROOKIES}  # the untrained rookie where one learns
-            after = trainers.evaluate_policy(protocol, pool, held_out, policies, max_new_tokens=24,
-                                             protocol_options=options, seed=seed)
-            cross = trainers.trainer_crossplay(trainer, coalitions=coalitions)
-            state_bytes = sum(p.numel() * p.element_size() * 3 for pol in trainer.policies.values()
-                              for p in pol.model.parameters() if p.requires_grad)  # weights + AdamW's two moments
-            runs.append({"seed": seed, "after": after, "cross": cross, "seconds_per_step": seconds,
-                         "load": load_before, "state_bytes": state_bytes})
-            print(f"{name} seed {seed}: system {before.system_accuracy:.3f} -> {after.system_accuracy:.3f}, "
-                  f"{seconds:.2f} s/step (load: {load_before})", flush=True)
-        out["conditions"][name] = summarise(before, runs)
+            r = run_seed(protocol, name, seed, steps, eval_task, options)
+            runs.append(r)
+            print(f"{name} seed {seed}: system {before.system_accuracy:.3f} -> {np.mean(r['system']):.3f}, "
+                  f"{r['seconds_per_step']:.2f} s/step (load: {r['load']})", flush=True)
+        out["runs"][name] = runs
+        out["conditions"][name] = summarise(out["before"], runs)
     return out
 
 
-def summarise(before: trainers.EvalResult, runs: list[dict]) -> dict:
-    """Δs with CIs over questions of the seed-averaged per-question change; cross-play gaps; cost."""
-    def delta(get_before, get_after) -> list[float]:
-        after = np.mean([get_after(r["after"]) for r in runs], axis=0)
-        return list(trainers.paired_bootstrap_ci(get_before(before), after))
+def summarise(before: dict, runs: list[dict]) -> dict:
+    """Δs with CIs over questions of the seed-averaged per-question change; cross-play gaps; cost.
 
-    result = {"system": delta(lambda e: e.system, lambda e: e.system),
-              "per_seed_system": [float(r["after"].system_accuracy - before.system_accuracy) for r in runs]}
+    ``before``: the committed ``"before"`` entry; ``runs``: one condition's per-seed entries (:func:`run_seed`)."""
+    def delta(key: str, get) -> list[float]:
+        after = np.mean([get(r) for r in runs], axis=0)
+        return list(trainers.paired_bootstrap_ci(before["per_question"][key], after))
+
+    result = {"system": delta("system", lambda r: r["system"]),
+              "per_seed_system": [float(np.mean(r["system"]) - before["system"]) for r in runs]}
     for j in ROOKIES:
-        result[f"{j}_alone"] = delta(lambda e, j=j: e.learners[j], lambda e, j=j: e.learners[j])
-    for j in runs[0]["cross"].learners:
-        gaps = [r["cross"].learners[j] for r in runs]
-        result[f"{j}_crossplay"] = {"trained_with_gain": float(np.mean([g.trained_with_gain.delta for g in gaps])),
-                                    "unseen_gain": float(np.mean([g.unseen_gain.delta for g in gaps])),
-                                    "gap": float(np.mean([g.gap.delta for g in gaps])),
-                                    "gap_ci_seed0": [g for g in gaps[0].gap]}
+        result[f"{j}_alone"] = delta(j, lambda r, j=j: r["alone"][j])
+    for j in runs[0]["crossplay"]:
+        gaps = [r["crossplay"][j] for r in runs]
+        result[f"{j}_crossplay"] = {"trained_with_gain": float(np.mean([g["trained_with_gain"][0] for g in gaps])),
+                                    "unseen_gain": float(np.mean([g["unseen_gain"][0] for g in gaps])),
+                                    "gap": float(np.mean([g["gap"][0] for g in gaps])),
+                                    "gap_ci_seed0": gaps[0]["gap"]}
     result["seconds_per_step"] = float(np.mean([r["seconds_per_step"] for r in runs]))
     result["loads"] = [r["load"] for r in runs]
     result["trained_state_MB"] = runs[0]["state_bytes"] / 2**20
     return result
 
 
-def table(out: dict) -> str:
+#: the short table's row labels (README.md, docs/training.md)
+LABELS = {"one": "one", "joint": "two, joint", "round_robin": "two, round-robin"}
+
+
+def table(out: dict, *, brief: bool = False) -> str:
+    """The results as a markdown table: in full (a title line, CIs on every Δ, seconds per step, trained
+    state), or ``brief`` (what README.md and docs/training.md quote: no title, CIs on the system's Δ only,
+    no cost columns)."""
     pts = lambda ci: f"{100 * ci[0]:+.1f} [{100 * ci[1]:+.1f}, {100 * ci[2]:+.1f}]"  # noqa: E731
-    lines = [f"{out['protocol']}, {out['steps']} steps, seeds {out['seeds']}, {out['n_eval']} held-out questions; "
-             f"before: system {out['before']['system']:.3f}",
-             "| condition | system Δ | model_2 alone Δ | model_3 alone Δ | cross-play gap model_2 / model_3 | s/step | "
-             "trained state |", "|---|---|---|---|---|---|---|"]
+    alone = (lambda ci: f"{100 * ci[0]:+.1f}") if brief else pts  # noqa: E731
+    if brief:
+        lines = ["| learners | system Δ | model_2 alone Δ | model_3 alone Δ | cross-play gap (2 / 3) |",
+                 "|---|---|---|---|---|"]
+    else:
+        lines = [f"{out['protocol']}, {out['steps']} steps, seeds {out['seeds']}, {out['n_eval']} held-out questions; "
+                 f"before: system {out['before']['system']:.3f}",
+                 "| condition | system Δ | model_2 alone Δ | model_3 alone Δ | cross-play gap model_2 / model_3 | "
+                 "s/step | trained state |", "|---|---|---|---|---|---|---|"]
     for name, c in out["conditions"].items():
         gaps = " / ".join(f"{100 * c[f'{j}_crossplay']['gap']:+.1f}" if f"{j}_crossplay" in c else "-" for j in ROOKIES)
-        lines.append(f"| {name} | {pts(c['system'])} | {pts(c['model_2_alone'])} | {pts(c['model_3_alone'])} | "
-                     f"{gaps} | {c['seconds_per_step']:.2f} | {c['trained_state_MB']:.2f} MB |")
+        row = [LABELS[name] if brief else name, pts(c["system"]), alone(c["model_2_alone"]),
+               alone(c["model_3_alone"]), gaps]
+        if not brief:
+            row += [f"{c['seconds_per_step']:.2f}", f"{c['trained_state_MB']:.2f} MB"]
+        lines.append(f"| {' | '.join(row)} |")
     return "\n".join(lines)
 
 
@@ -156,6 +201,7 @@ def main(argv: list[str] | None = None) -> dict:
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(table(out))
+    print(table(out, brief=True))
     return out
 
 
