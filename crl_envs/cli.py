@@ -5,8 +5,9 @@ Subcommands of other packages are listed in :data:`PLUGINS` (``name -> (module, 
 module is imported only when its subcommand is chosen, so ``crl-envs --help`` and a mistyped
 command answer at once, without importing torch or transformers.
 
-Errors a user can fix (bad options, missing files, an unreachable hub, ...) print one line and exit
-with status 2; ``CRL_ENVS_TRACEBACK=1`` shows the full traceback instead. Usage errors are one line too,
+Errors a user can fix (the library's :class:`~crl_envs.errors.CrlEnvsError`: bad options, unknown names;
+and ``OSError``: missing files, an unreachable hub, ...) print one line and exit with status 2;
+``CRL_ENVS_TRACEBACK=1`` shows the full traceback instead. Any other exception is a bug: its traceback. Usage errors are one line too,
 without the usage text, and a mistyped option names the closest one (:class:`CommandParser`).
 """
 
@@ -18,6 +19,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from crl_envs.errors import ConfigError, CrlEnvsError
+
 Subcommand = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
 SUBCOMMANDS: dict[str, Subcommand] = {}
 #: Subcommands defined elsewhere: ``name -> (module that registers it in SUBCOMMANDS, help)``.
@@ -26,8 +29,10 @@ PLUGINS: dict[str, tuple[str, str]] = {
               "value a pool's models: individual vs LOO/Shapley/Banzhaf, table + JSON + PNG"),
     "study": ("crl_envs.study.cli", "run a study config: pools x protocols x tasks, trainers; prints the paper's tables"),
 }
-#: What a user can fix from the message alone: shown as one line (exit status 2).
-USER_ERRORS = (ValueError, TypeError, KeyError, OSError, ImportError, RuntimeError)
+#: What a user can fix from the message alone, shown as one line (exit status 2): the library's errors
+#: (:mod:`crl_envs.errors`) and the operating system's (a missing file, an unwritable directory, an
+#: unreachable server). Anything else is a bug and shows its traceback.
+USER_ERRORS = (CrlEnvsError, OSError)
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -171,7 +176,7 @@ def parse_options(pairs: Sequence[str], flag: str = "--option") -> dict:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"{flag} expects KEY=VALUE, got {pair!r} (e.g. {flag} rounds=3)")
+            raise ConfigError(f"{flag} expects KEY=VALUE, got {pair!r} (e.g. {flag} rounds=3)")
         try:
             out[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -205,7 +210,7 @@ def _run_play(args: argparse.Namespace) -> int:
         backend = play_backend(args.backend, args.n)
         spec = "pretrained" if backend == "hf" else f"pretrained-{backend}"
     elif args.backend != "auto":
-        raise ValueError(f"--backend {args.backend} applies to --pool pretrained only; for other pools name the "
+        raise ConfigError(f"--backend {args.backend} applies to --pool pretrained only; for other pools name the "
                          "backend in the spec (e.g. --pool 'pretrained:gemma-3-270m?backend=vllm')")
     pool = build_pool(spec)
     t0 = time.perf_counter()
@@ -245,12 +250,14 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 
 def _describe(error: BaseException) -> str:
-    """One line for ``error``: its message, with the exception's name where the message alone is unclear."""
+    """One line for ``error``: its message, with the exception's name where the message alone is unclear
+    (a library error is named by the built-in kind it subclasses: ``TypeError``, not ``ConfigTypeError``)."""
     text = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, KeyError) and error.args:
-        text = str(error.args[0])
-    if isinstance(error, (OSError, TypeError, ImportError)) and type(error).__name__ not in text:
-        text = f"{type(error).__name__}: {text}"
+    named = (OSError, TypeError, ImportError)
+    if isinstance(error, named):
+        kind = next(c for c in type(error).__mro__ if issubclass(c, named) and not issubclass(c, CrlEnvsError))
+        if kind.__name__ not in text:
+            text = f"{kind.__name__}: {text}"
     return text
 
 

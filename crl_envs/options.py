@@ -8,6 +8,8 @@ import numbers
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from crl_envs.errors import ConfigError, ConfigTypeError
+
 
 def keyword_options(*callables: Callable[..., Any], skip: Iterable[str] = ("self", "pool", "task")) -> list[str]:
     """Named keyword parameters of ``callables`` (in order, without duplicates or ``*args``/``**kwargs``)."""
@@ -50,9 +52,9 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, allow_none: 
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         hint = f" (write {name}={value.strip()} without quotes)" if isinstance(value, str) and value.strip().lstrip(
             "-").isdigit() else ""
-        raise TypeError(f"{name} must be an int{bound}, got {value!r} ({type(value).__name__}){hint}")
+        raise ConfigTypeError(f"{name} must be an int{bound}, got {value!r} ({type(value).__name__}){hint}")
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be an int{bound}, got {value!r}")
+        raise ConfigError(f"{name} must be an int{bound}, got {value!r}")
     return int(value)
 
 

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from crl_envs.errors import ConfigError, ConfigTypeError, MissingDependencyError
+
 #: The trackers :func:`open_trackers` knows, and the module each one needs.
 TRACKERS: dict[str, str] = {"tensorboard": "tensorboard", "mlflow": "mlflow", "trackio": "trackio", "wandb": "wandb"}
 INSTALL = "pip install 'crl-envs[trackers]'"
@@ -61,7 +63,7 @@ def check_trackers(names: Any, key: str = "trackers") -> tuple[str, ...]:
         ImportError: a tracker whose package is missing (the extra to install is named).
     """
     if isinstance(names, str) or not isinstance(names, Iterable):
-        raise TypeError(f"{key} must be a list of tracker names (e.g. ['mlflow', 'trackio']), got {names!r}")
+        raise ConfigTypeError(f"{key} must be a list of tracker names (e.g. ['mlflow', 'trackio']), got {names!r}")
     names = tuple(names)
     import importlib.util
 
@@ -69,12 +71,12 @@ def check_trackers(names: Any, key: str = "trackers") -> tuple[str, ...]:
         if name not in TRACKERS:
             close = difflib.get_close_matches(str(name), list(TRACKERS), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{key}: unknown tracker {name!r}{hint}; trackers: {', '.join(TRACKERS)}")
+            raise ConfigError(f"{key}: unknown tracker {name!r}{hint}; trackers: {', '.join(TRACKERS)}")
         if importlib.util.find_spec(TRACKERS[name]) is None:
-            raise ImportError(f"{key}: tracker {name!r} needs the {TRACKERS[name]!r} package, which is not installed: "
+            raise MissingDependencyError(f"{key}: tracker {name!r} needs the {TRACKERS[name]!r} package, which is not installed: "
                               f"{INSTALL}")
     if len(set(names)) != len(names):
-        raise ValueError(f"{key}: {list(names)!r} names a tracker twice; name each once")
+        raise ConfigError(f"{key}: {list(names)!r} names a tracker twice; name each once")
     return names
 
 

@@ -12,6 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from crl_envs.errors import ConfigError, ConfigTypeError
 from crl_envs.tracking import check_trackers
 
 #: Built-in advantage estimators that compare a rollout with its group (they need G >= 2).
@@ -22,7 +23,7 @@ SCHEDULES = ("joint", "round_robin")
 
 def _type_error(owner: str, name: str, value: Any, kind: str) -> TypeError:
     hint = f"; write {value} without quotes" if isinstance(value, str) else ""
-    return TypeError(f"{owner}.{name} must be {kind}, got the {type(value).__name__} {value!r}{hint}")
+    return ConfigTypeError(f"{owner}.{name} must be {kind}, got the {type(value).__name__} {value!r}{hint}")
 
 
 def _check_int(owner: str, name: str, value: Any, *, low: int) -> None:
@@ -30,7 +31,7 @@ def _check_int(owner: str, name: str, value: Any, *, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _type_error(owner, name, value, "an int")
     if value < low:
-        raise ValueError(f"{owner}.{name} must be an int >= {low}, got {value!r}")
+        raise ConfigError(f"{owner}.{name} must be an int >= {low}, got {value!r}")
 
 
 def _check_number(owner: str, name: str, value: Any, *, low: float | None = None, high: float | None = None,
@@ -45,7 +46,7 @@ def _check_number(owner: str, name: str, value: Any, *, low: float | None = None
     bad |= high is not None and (value >= high if high_open else value > high)
     if bad:
         rng = " and ".join(x for x in (left, right) if x)
-        raise ValueError(f"{owner}.{name} must be {rng}, got {value!r}" + (f" ({why})" if why else ""))
+        raise ConfigError(f"{owner}.{name} must be {rng}, got {value!r}" + (f" ({why})" if why else ""))
 
 
 @dataclass
@@ -64,7 +65,7 @@ class LoraSettings:
         _check_number("LoraSettings", "dropout", self.dropout, low=0, high=1, high_open=True)
         if isinstance(self.target_modules, str) or not self.target_modules or not all(
                 isinstance(m, str) for m in self.target_modules):
-            raise TypeError(f"LoraSettings.target_modules must be a non-empty list of module names (str), "
+            raise ConfigTypeError(f"LoraSettings.target_modules must be a non-empty list of module names (str), "
                             f"got {self.target_modules!r}")
 
 
@@ -138,7 +139,7 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         name = type(self).__name__
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"{name}.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
+            raise ConfigError(f"{name}.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
         for field_name in ("steps", "questions_per_step", "num_generations", "max_new_tokens", "num_iterations",
                            "gradient_accumulation_steps", "save_steps"):
             _check_int(name, field_name, getattr(self, field_name), low=1)
@@ -158,30 +159,30 @@ class TrainerConfig:
         _check_number(name, "beta", self.beta, low=0)
         for field_name in ("advantage", "loss_type"):
             if not isinstance(getattr(self, field_name), str):
-                raise TypeError(f"{name}.{field_name} must be a registered name (a str), got {getattr(self, field_name)!r}")
+                raise ConfigTypeError(f"{name}.{field_name} must be a registered name (a str), got {getattr(self, field_name)!r}")
         if self.num_generations < 2 and self.advantage in GROUP_ESTIMATORS:
-            raise ValueError(
+            raise ConfigError(
                 f"{name}.num_generations={self.num_generations} with advantage={self.advantage!r}: a group baseline "
                 "needs at least 2 rollouts per question (with 1 every advantage is 0, or NaN with the std); "
                 "set num_generations >= 2 (TRL requires it too)"
             )
         if not isinstance(self.protocol_options, dict):
-            raise TypeError(f"{name}.protocol_options must be a dict of the protocol's keyword arguments, "
+            raise ConfigTypeError(f"{name}.protocol_options must be a dict of the protocol's keyword arguments, "
                             f"got {type(self.protocol_options).__name__}")
         if self.output_dir is not None and not isinstance(self.output_dir, (str, os.PathLike)):
-            raise TypeError(f"{name}.output_dir must be a path (str) or None, got {self.output_dir!r}")
+            raise ConfigTypeError(f"{name}.output_dir must be a path (str) or None, got {self.output_dir!r}")
         for field_name in ("tensorboard", "progress"):
             if not isinstance(getattr(self, field_name), bool):
-                raise TypeError(f"{name}.{field_name} must be True or False, got {getattr(self, field_name)!r}")
+                raise ConfigTypeError(f"{name}.{field_name} must be True or False, got {getattr(self, field_name)!r}")
         self.trackers = check_trackers(self.trackers, f"{name}.trackers")
         if self.tracking_dir is not None and not isinstance(self.tracking_dir, (str, os.PathLike)):
-            raise TypeError(f"{name}.tracking_dir must be a path (str) or None, got {self.tracking_dir!r}")
+            raise ConfigTypeError(f"{name}.tracking_dir must be a path (str) or None, got {self.tracking_dir!r}")
         if self.trackers and self.output_dir is None:
-            raise ValueError(f"{name}.trackers={list(self.trackers)!r} needs output_dir= (they write next to it)")
+            raise ConfigError(f"{name}.trackers={list(self.trackers)!r} needs output_dir= (they write next to it)")
         if isinstance(self.lora, dict):
             self.lora = LoraSettings(**self.lora)
         if self.lora is not None and not isinstance(self.lora, LoraSettings):
-            raise TypeError(f"{name}.lora must be a LoraSettings (or a dict of its fields) or None, got {self.lora!r}")
+            raise ConfigTypeError(f"{name}.lora must be a LoraSettings (or a dict of its fields) or None, got {self.lora!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

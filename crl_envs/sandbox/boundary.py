@@ -20,6 +20,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 
+from crl_envs.errors import RunError
 from crl_envs.sandbox.cgroup import cgroup_support
 from crl_envs.sandbox.procs import reap_orphans
 from crl_envs.sandbox.seccomp import REFUSED as SECCOMP_REFUSED
@@ -31,7 +32,7 @@ INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap)"
 PROBE_TMPFS_BYTES = 1 << 20
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(RunError):
     """No kernel boundary on this machine (no ``bwrap``, or user namespaces are disabled)."""
 
 

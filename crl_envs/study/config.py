@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crl_envs.errors import ConfigError
 from crl_envs.tracking import check_trackers
 
 SECTIONS = ("study", "pools", "tasks", "protocols", "valuation", "training", "sampling", "executor")
@@ -86,7 +87,7 @@ MAX_CELLS = 10_000
 MAX_COALITION_RUNS = 1_000_000
 
 
-class StudyConfigError(ValueError):
+class StudyConfigError(ConfigError):
     """A config mistake: one line naming the key and the fix."""
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 
+from crl_envs.errors import ConfigError, ConfigTypeError
 from crl_envs.tasks.arith import ArithTask
 from crl_envs.tasks.base import Example, Task
 from crl_envs.tasks.bbh import BBHTask
@@ -51,17 +52,17 @@ def load(name: str, split: str | None = None, n: int | None = None, seed: int = 
     if not isinstance(name, str) or name not in _REGISTRY:
         close = difflib.get_close_matches(str(name), names(), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown task {name!r}{hint}; known tasks: {', '.join(names())}")
+        raise ConfigError(f"unknown task {name!r}{hint}; known tasks: {', '.join(names())}")
     n = check_int("n", n, minimum=1, allow_none=True)
     seed = check_int("seed", seed)
     if split is not None and not isinstance(split, str):
-        raise TypeError(f"split must be a str such as 'test' or 'train' (or None for the task's default), got {split!r}")
+        raise ConfigTypeError(f"split must be a str such as 'test' or 'train' (or None for the task's default), got {split!r}")
     factory = _REGISTRY[name]
     if options and not accepts_any_keyword(factory):
         valid = [o for o in keyword_options(factory) if o not in ("split", "n", "seed")]
         unknown = [k for k in options if k not in valid]
         if unknown:
-            raise ValueError(unknown_option_message(f"task {name!r}", unknown, ["split", "n", "seed", *valid]))
+            raise ConfigError(unknown_option_message(f"task {name!r}", unknown, ["split", "n", "seed", *valid]))
     return factory(split=split, n=n, seed=seed, **options)
 
 
