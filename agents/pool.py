@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from agents.base import Agent
 from crl_envs.errors import ConfigError, ConfigTypeError
+from crl_envs.validation import did_you_mean
 
 SpecFactory = Callable[[str], Agent]
 _BACKENDS: dict[str, SpecFactory] = {}
@@ -23,15 +23,20 @@ def register_pool(name: str, factory: Callable[[], list[Agent]]) -> None:
     _NAMED_POOLS[name] = factory
 
 
-def _did_you_mean(word: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+def pool_names() -> list[str]:
+    """The named pools ``agents.pool(name)`` builds (``"zoo"``, ``"pretrained"``, ...), sorted."""
+    return sorted(_NAMED_POOLS)
+
+
+def backend_names() -> list[str]:
+    """The backends of agent specs ``"<backend>:<target>"`` (``"hf"``, ``"openai"``, ...), sorted."""
+    return sorted(_BACKENDS)
 
 
 def _unknown_pool_error(name: str) -> ValueError:
     """The error for a pool member that is neither a named pool nor a ``<backend>:<target>`` spec."""
     return ConfigError(
-        f"unknown pool or malformed agent spec {name!r}{_did_you_mean(name, _NAMED_POOLS)}: named pools are "
+        f"unknown pool or malformed agent spec {name!r}{did_you_mean(name, _NAMED_POOLS)}: named pools are "
         f"{', '.join(sorted(_NAMED_POOLS))}; an agent spec is '<backend>:<target>' with backend one of "
         f"{', '.join(sorted(_BACKENDS))} (e.g. 'hf:path/to/model')"
     )
@@ -46,7 +51,7 @@ def from_spec(spec: str) -> Agent:
         )
     prefix, rest = spec.split(":", 1)
     if prefix not in _BACKENDS:
-        raise ConfigError(f"unknown agent backend {prefix!r} in spec {spec!r}{_did_you_mean(prefix, _BACKENDS)}; "
+        raise ConfigError(f"unknown agent backend {prefix!r} in spec {spec!r}{did_you_mean(prefix, _BACKENDS)}; "
                          f"known backends: {sorted(_BACKENDS)}")
     if not rest.strip():
         raise ConfigError(f"malformed agent spec {spec!r}: nothing after '{prefix}:'")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from crl_envs.errors import ConfigError, CrlEnvsError
+from crl_envs.validation import close_match, did_you_mean
 
 Subcommand = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
 SUBCOMMANDS: dict[str, Subcommand] = {}
@@ -58,15 +59,13 @@ class CommandParser(argparse.ArgumentParser):
 
     def error_unknown(self, extras: Sequence[str]) -> None:
         """Exit with one line for arguments this parser does not take, suggesting a close option."""
-        import difflib
-
         options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
         flags = [word for word in extras if word.startswith("-")]
         if not flags:
             self.error(f"unexpected argument {extras[0]!r}")
         word = flags[0].split("=", 1)[0]
-        close = difflib.get_close_matches(word, options, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        close = close_match(word, options)
+        hint = f" (did you mean {close}?)" if close else ""
         self.error(f"unknown option {word}{hint}")
 
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
@@ -278,10 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     traceback_wanted = os.environ.get("CRL_ENVS_TRACEBACK", "") not in ("", "0")
     known = list(dict.fromkeys([*SUBCOMMANDS, *PLUGINS]))
     if command is not None and command not in known:
-        import difflib
-
-        close = difflib.get_close_matches(command, known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(command, known)
         print(f"crl-envs: error: unknown command {command!r}{hint}; commands: {', '.join(known)} "
               "(crl-envs --help)", file=sys.stderr)
         return 2

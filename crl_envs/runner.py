@@ -26,9 +26,9 @@ from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
 from crl_envs.errors import ConfigError, ConfigTypeError, CrlEnvsError, ModelError
-from crl_envs.options import check_int
 from crl_envs.protocols.base import ProtocolEnv
 from crl_envs.tasks import Example, Task
+from crl_envs.validation import check_int
 
 
 @dataclass

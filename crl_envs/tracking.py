@@ -17,7 +17,6 @@ tracker of theirs is opened. Metrics that are not finite numbers are not sent (t
 from __future__ import annotations
 
 import abc
-import difflib
 import json
 import math
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from crl_envs.errors import ConfigError, ConfigTypeError, MissingDependencyError
+from crl_envs.validation import did_you_mean
 
 #: The trackers :func:`open_trackers` knows, and the module each one needs.
 TRACKERS: dict[str, str] = {"tensorboard": "tensorboard", "mlflow": "mlflow", "trackio": "trackio", "wandb": "wandb"}
@@ -69,8 +69,7 @@ def check_trackers(names: Any, key: str = "trackers") -> tuple[str, ...]:
 
     for name in names:
         if name not in TRACKERS:
-            close = difflib.get_close_matches(str(name), list(TRACKERS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(str(name), list(TRACKERS))
             raise ConfigError(f"{key}: unknown tracker {name!r}{hint}; trackers: {', '.join(TRACKERS)}")
         if importlib.util.find_spec(TRACKERS[name]) is None:
             raise MissingDependencyError(f"{key}: tracker {name!r} needs the {TRACKERS[name]!r} package, which is not installed: "

@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: layers of lower rank; layers of equal rank are independent (neither imports the other). The longest
 #: pattern that matches a module places it (``fnmatch``: ``agents.*`` is every module under ``agents``).
 LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "errors": (-1, ("crl_envs.errors",)),  # the library's error types: imports nothing, every layer may import it
+    # the library's error types and shared checks (check_int, did_you_mean): every layer may import them
+    "errors": (-1, ("crl_envs.errors", "crl_envs.validation")),
     "options": (0, ("crl_envs.options",)),
     "stats": (0, ("crl_envs.stats",)),  # numpy/scipy only: the verdicts' statistics
     "tracking": (0, ("crl_envs.tracking",)),  # experiment trackers (TensorBoard, MLflow, trackio, W&B)

@@ -47,7 +47,7 @@ BAD = [
     ({"pools": {"p": "zooo"}}, r"pools\.p: unknown named pool 'zooo' \(did you mean 'zoo'\?\)"),
     ({"pools": {"p": ["zo:zoo-small"]}}, r"pools\.p\[0\]: unknown agent backend 'zo' \(did you mean 'zoo'\?\)"),
     ({"pools": {"p": [{"expert": 1.5}]}}, r"pools\.p\[0\]\.expert: must be a number in \[0, 1\]"),
-    ({"tasks": {"arith": {"n": 0}}}, r"tasks\.arith\.n: must be an integer >= 1"),
+    ({"tasks": {"arith": {"n": 0}}}, r"tasks\.arith\.n: must be an int >= 1"),
     ({"tasks": {"arith": {"name": "arithm"}}}, r"tasks\.arith\.name: unknown task 'arithm' \(did you mean 'arith'\?\)"),
     ({"tasks": {"arith": {"options": {"digit": 2}}}}, r"tasks\.arith\.options\.digit: unknown key \(did you mean 'digits'\?\)"),
     ({"protocols": {"debate": {"options": {"round": 2}}}}, r"protocols\.debate\.options: .*did you mean 'rounds'"),
@@ -92,12 +92,12 @@ def test_cli_bad_config_is_one_line_exit_2(tmp_path):
     path.write_text('[pools]\nzoo = "zooo"\n[tasks.arith]\n[protocols.vote]\n')
     proc = subprocess.run([sys.executable, "-m", "crl_envs.cli", "study", str(path), "--dry-run"], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
-    from agents.pool import _NAMED_POOLS
+    import agents
 
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "crl-envs study: error: study config: pools.zoo: unknown named pool 'zooo' (did you mean 'zoo'?); named pools: "
-        f"{', '.join(sorted(_NAMED_POOLS))}, or give a list of agent specs such as [\"zoo:zoo-small\", "
+        f"{', '.join(agents.pool_names())}, or give a list of agent specs such as [\"zoo:zoo-small\", "
         "\"hf:path/to/model\"]"]
 
 

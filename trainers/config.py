@@ -14,6 +14,7 @@ from typing import Any
 
 from crl_envs.errors import ConfigError, ConfigTypeError
 from crl_envs.tracking import check_trackers
+from crl_envs.validation import check_int
 
 #: Built-in advantage estimators that compare a rollout with its group (they need G >= 2).
 GROUP_ESTIMATORS = frozenset({"group_mean", "group_mean_std", "rloo", "shapley_credit"})
@@ -24,14 +25,6 @@ SCHEDULES = ("joint", "round_robin")
 def _type_error(owner: str, name: str, value: Any, kind: str) -> TypeError:
     hint = f"; write {value} without quotes" if isinstance(value, str) else ""
     return ConfigTypeError(f"{owner}.{name} must be {kind}, got the {type(value).__name__} {value!r}{hint}")
-
-
-def _check_int(owner: str, name: str, value: Any, *, low: int) -> None:
-    """``value`` is an int (not a bool, not a str) >= ``low``, or a one-line error names the field."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise _type_error(owner, name, value, "an int")
-    if value < low:
-        raise ConfigError(f"{owner}.{name} must be an int >= {low}, got {value!r}")
 
 
 def _check_number(owner: str, name: str, value: Any, *, low: float | None = None, high: float | None = None,
@@ -60,7 +53,7 @@ class LoraSettings:
     target_modules: list[str] = field(default_factory=lambda: ["c_attn"])
 
     def __post_init__(self) -> None:
-        _check_int("LoraSettings", "r", self.r, low=1)
+        check_int("LoraSettings.r", self.r, minimum=1)
         _check_number("LoraSettings", "alpha", self.alpha, low=0, low_open=True)
         _check_number("LoraSettings", "dropout", self.dropout, low=0, high=1, high_open=True)
         if isinstance(self.target_modules, str) or not self.target_modules or not all(
@@ -142,8 +135,8 @@ class TrainerConfig:
             raise ConfigError(f"{name}.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
         for field_name in ("steps", "questions_per_step", "num_generations", "max_new_tokens", "num_iterations",
                            "gradient_accumulation_steps", "save_steps"):
-            _check_int(name, field_name, getattr(self, field_name), low=1)
-        _check_int(name, "seed", self.seed, low=0)
+            check_int(f"{name}.{field_name}", getattr(self, field_name), minimum=1)
+        check_int(f"{name}.seed", self.seed, minimum=0)
         _check_number(name, "temperature", self.temperature, low=0, low_open=True,
                       why="greedy rollouts have no exploration and no valid log-probs to correct")
         _check_number(name, "top_p", self.top_p, low=0, high=1, low_open=True)
@@ -212,7 +205,7 @@ class LOORewardConfig(TrainerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_int(type(self).__name__, "counterfactual_samples", self.counterfactual_samples, low=1)
+        check_int(f"{type(self).__name__}.counterfactual_samples", self.counterfactual_samples, minimum=1)
 
 
 @dataclass
@@ -227,4 +220,4 @@ class ShapleyCreditConfig(TrainerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.coalitions_per_question is not None:
-            _check_int(type(self).__name__, "coalitions_per_question", self.coalitions_per_question, low=1)
+            check_int(f"{type(self).__name__}.coalitions_per_question", self.coalitions_per_question, minimum=1)

@@ -6,9 +6,9 @@ import hashlib
 import random
 
 from crl_envs.errors import ConfigError
-from crl_envs.options import check_int
 from crl_envs.tasks.base import Example
 from crl_envs.tasks.numeric import NumericTask
+from crl_envs.validation import check_int
 
 OPERATIONS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 TEST_FRACTION = 5  # one question in 5 (by content hash) belongs to the test split

@@ -140,6 +140,7 @@ def evaluate(
     """
     import numpy as np
 
+    from crl_envs.validation import check_int
     from crl_envs.valuation import estimators
     from crl_envs.valuation.estimators import (
         banzhaf_weights,
@@ -161,12 +162,12 @@ def evaluate(
         raise ConfigError(f"estimator={estimator!r} needs budget=<number of permutations> (e.g. budget=200)")
     if not sampled and budget is not None:
         raise ConfigError(f"budget only applies to estimator='permutation' or 'antithetic', not {estimator!r}")
-    _check_int("samples", samples, 1, "episodes per question, e.g. samples=4")
-    _check_int("seed", seed, None, "e.g. seed=0")
+    check_int("samples", samples, minimum=1, why="episodes per question, e.g. samples=4")
+    check_int("seed", seed, why="e.g. seed=0")
     if permutation_seed is not None:
-        _check_int("permutation_seed", permutation_seed, None, "e.g. permutation_seed=1, or None for seed")
+        check_int("permutation_seed", permutation_seed, why="e.g. permutation_seed=1, or None for seed")
     if sampled:
-        _check_int("budget", budget, 2, "the number of permutations, e.g. budget=200")
+        check_int("budget", budget, minimum=2, why="the number of permutations, e.g. budget=200")
     check_ci_options(ci_level, bootstrap_resamples)
     if not isinstance(progress, bool):
         raise ConfigError(f"progress must be True or False, got {progress!r}")
@@ -225,14 +226,6 @@ def evaluate(
         coalitions=sum(1 for m in plan if m), cached_evaluations=needed - executed,
         samples=samples, seed=seed, budget=budget, ci_level=ci_level, bootstrap_resamples=bootstrap_resamples,
     )
-
-
-def _check_int(name: str, value: Any, minimum: int | None, hint: str) -> None:
-    import numpy as np
-
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (minimum is not None and value < minimum):
-        bound = "an int" if minimum is None else f"an int >= {minimum}"
-        raise ConfigError(f"{name} must be {bound} ({hint}), got {value!r}")
 
 
 __all__ = [

@@ -39,7 +39,6 @@ Example:
 from __future__ import annotations
 
 import abc
-import difflib
 import os
 import re
 import socket
@@ -53,6 +52,7 @@ import numpy as np
 
 from agents import Agent, Pool
 from crl_envs.errors import ConfigError, ConfigTypeError, MissingDependencyError, RunError
+from crl_envs.validation import check_int, did_you_mean
 from crl_envs.valuation.coalition import CoalitionRun, coalitions_scores
 
 EXECUTORS = ("local", "processes", "ray")
@@ -160,10 +160,7 @@ def resolve_executor(executor: Executor | str | None) -> Executor:
 
 
 def _check_per_task(owner: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{owner} coalitions_per_task must be an int >= 1 (coalitions one task plays in lockstep), "
-                         f"got {value!r}")
-    return value
+    return check_int(f"{owner} coalitions_per_task", value, minimum=1, why="coalitions one task plays in lockstep")
 
 
 def _unexpected(owner: str, unexpected: Mapping[str, Any], known: Sequence[str]) -> None:
@@ -171,8 +168,7 @@ def _unexpected(owner: str, unexpected: Mapping[str, Any], known: Sequence[str])
     if not unexpected:
         return
     name = next(iter(unexpected))
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean(name, known)
     raise ConfigTypeError(f"{owner} got an unexpected argument {name!r}{hint}; its arguments are {', '.join(known)}")
 
 
@@ -226,8 +222,7 @@ class ProcessExecutor(Executor):
 
     def __init__(self, workers: int | None = None, *, coalitions_per_task: int = 1, **unexpected: Any):
         _unexpected("ProcessExecutor", unexpected, ["workers", "coalitions_per_task"])
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-            raise ConfigError(f"ProcessExecutor workers must be an int >= 1 (processes at once), got {workers!r}")
+        check_int("ProcessExecutor workers", workers, minimum=1, allow_none=True, why="processes at once")
         self.workers = workers or os.cpu_count() or 1
         self.coalitions_per_task = _check_per_task("ProcessExecutor", coalitions_per_task)
 
@@ -429,8 +424,7 @@ class RayExecutor(Executor):
                 raise ConfigError(f"RayExecutor {label} must be a number >= 0, got {v!r}")
         if num_cpus == 0 and num_gpus == 0:
             raise ConfigError("RayExecutor needs num_cpus > 0 or num_gpus > 0 per task (slots are counted from them)")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigError(f"RayExecutor max_retries must be an int >= 0, got {max_retries!r}")
+        check_int("RayExecutor max_retries", max_retries, minimum=0)
         self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
         self.max_retries, self.connect_timeout = max_retries, float(connect_timeout)
         self.init_options = dict(init_options or {})
