@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from crl_envs.cli import main
+from crl_envs.commands import main
 
 HEAVY = ("torch", "transformers", "scipy", "datasets")
 
@@ -35,7 +35,7 @@ def test_help_and_a_typo_import_nothing_heavy():
     subcommand runs; the timing itself is in benchmarks/cli_startup.py."""
     probe = (
         "import sys\n"
-        "from crl_envs.cli import main\n"
+        "from crl_envs.commands import main\n"
         "for argv in (['--help'], ['vaule'], ['play', '--help'], ['value', '--help']):\n"
         "    try:\n"
         "        main(argv)\n"
@@ -202,7 +202,7 @@ def test_sampled_estimator_without_budget_fails_before_loading_anything():
     """Named by its flag (``--budget``), before the task, the pool or torch is loaded."""
     probe = (
         "import sys\n"
-        "from crl_envs.cli import main\n"
+        "from crl_envs.commands import main\n"
         "code = main(['value', '--estimator', 'permutation', '--pool', 'zoo'])\n"
         f"print('CODE', code, 'HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )

@@ -90,7 +90,7 @@ def test_bad_config_rejected_before_any_work(change, message, tmp_path):
 def test_cli_bad_config_is_one_line_exit_2(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[pools]\nzoo = "zooo"\n[tasks.arith]\n[protocols.vote]\n')
-    proc = subprocess.run([sys.executable, "-m", "crl_envs.cli", "study", str(path), "--dry-run"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "crl_envs.commands", "study", str(path), "--dry-run"], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     import agents
 
@@ -359,7 +359,7 @@ def test_same_numbers_local_processes_and_ray(tmp_path):
 # ---------------------------------------------------------------------- presets
 @pytest.mark.parametrize("preset", ["paper-small", "paper"])
 def test_presets_validate_and_dry_run(preset, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "crl_envs.cli", "study", str(REPO / "studies" / f"{preset}.toml"),
+    proc = subprocess.run([sys.executable, "-m", "crl_envs.commands", "study", str(REPO / "studies" / f"{preset}.toml"),
                            "--dry-run", "--out", str(tmp_path / "out")], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from crl_envs.cli import (
+from crl_envs.commands import (
     SUBCOMMANDS,
     add_task_arguments,
     build_pool,

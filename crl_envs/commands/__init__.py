@@ -1,4 +1,5 @@
-"""The ``crl-envs`` command line.
+"""The ``crl-envs`` command line: the interface layer, every subcommand in this package
+(``play`` here, ``value`` in :mod:`crl_envs.commands.value`, ``study`` in :mod:`crl_envs.commands.study`).
 
 Subcommands register themselves in :data:`SUBCOMMANDS` (``name -> (add_arguments, run, help)``).
 Subcommands of other packages are listed in :data:`PLUGINS` (``name -> (module, help)``); a plugin's
@@ -26,9 +27,9 @@ Subcommand = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse
 SUBCOMMANDS: dict[str, Subcommand] = {}
 #: Subcommands defined elsewhere: ``name -> (module that registers it in SUBCOMMANDS, help)``.
 PLUGINS: dict[str, tuple[str, str]] = {
-    "value": ("crl_envs.valuation.cli",
+    "value": ("crl_envs.commands.value",
               "value a pool's models: individual vs LOO/Shapley/Banzhaf, table + JSON + PNG"),
-    "study": ("crl_envs.study.cli", "run a study config: pools x protocols x tasks, trainers; prints the paper's tables"),
+    "study": ("crl_envs.commands.study", "run a study config: pools x protocols x tasks, trainers; prints the paper's tables"),
 }
 #: What a user can fix from the message alone, shown as one line (exit status 2): the library's errors
 #: (:mod:`crl_envs.errors`) and the operating system's (a missing file, an unwritable directory, an
@@ -312,8 +313,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"crl-envs {args.command}: error: {_describe(e)}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":  # python -m crl_envs.cli: run the imported module, whose SUBCOMMANDS plugins fill
-    from crl_envs.cli import main as _main
-
-    sys.exit(_main())
