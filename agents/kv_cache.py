@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
-from crl_envs.errors import ConfigError
+from crl_kit.errors import ConfigError
 
 #: new-token room allocated first (then doubled as answers grow), bounded by the capacity
 INITIAL_ROOM = 64

@@ -58,7 +58,7 @@ from agents.base import (
 )
 from agents.gguf import file_sha256, gguf_tokenizer
 from agents.spec_options import split_options
-from crl_envs.errors import ConfigError, MissingDependencyError
+from crl_kit.errors import ConfigError, MissingDependencyError
 
 INSTALL = ("CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install 'crl-envs[llamacpp]' (llama-cpp-python compiles from "
            "source, about 10 minutes; a native build can die with SIGILL)")

@@ -26,7 +26,7 @@ import httpx
 
 from agents.base import Agent, Generation, Request, truncate_at_stop
 from agents.spec_options import split_options
-from crl_envs.errors import ConfigError, ConfigTypeError, ModelError
+from crl_kit.errors import ConfigError, ConfigTypeError, ModelError
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 #: Retries of a refused connection (no server at the base URL), each after at most CONNECT_RETRY_DELAY

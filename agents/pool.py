@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from agents.base import Agent
-from crl_envs.errors import ConfigError, ConfigTypeError
-from crl_envs.validation import did_you_mean
+from crl_kit.errors import ConfigError, ConfigTypeError
+from crl_kit.validation import did_you_mean
 
 SpecFactory = Callable[[str], Agent]
 _BACKENDS: dict[str, SpecFactory] = {}

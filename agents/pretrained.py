@@ -27,7 +27,7 @@ from pathlib import Path
 
 from agents.base import Agent
 from agents.gguf import cache_root, gguf_model_dir
-from crl_envs.errors import ConfigError, MissingDependencyError
+from crl_kit.errors import ConfigError, MissingDependencyError
 
 SMOLLM2 = "smollm2-135m-instruct"
 GEMMA3 = "gemma-3-270m"

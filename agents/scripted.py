@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.base import Agent, Generation, Message, Request, stable_hash, truncate_at_stop
-from crl_envs.errors import ConfigError, ConfigTypeError
+from crl_kit.errors import ConfigError, ConfigTypeError
 
 Respond = Callable[[Any, list[Message]], str]
 

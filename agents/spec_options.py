@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crl_envs.errors import ConfigError
+from crl_kit.errors import ConfigError
 
 
 def _parse_value(text: str) -> Any:

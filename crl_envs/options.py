@@ -1,6 +1,6 @@
 """Checks for keyword options (protocol, task and runner options): one-line errors naming the fix.
 
-An option's value is checked with :mod:`crl_envs.validation` (``check_int``)."""
+An option's value is checked with :mod:`crl_kit.validation` (``check_int``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from crl_envs.validation import did_you_mean
+from crl_kit.validation import did_you_mean
 
 
 def keyword_options(*callables: Callable[..., Any], skip: Iterable[str] = ("self", "pool", "task")) -> list[str]:

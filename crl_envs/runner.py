@@ -25,10 +25,10 @@ from agents import Agent, Generation, Message, Pool, Request, SamplingParams, fr
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
-from crl_envs.errors import ConfigError, ConfigTypeError, CrlEnvsError, ModelError
 from crl_envs.protocols.base import ProtocolEnv
 from crl_envs.tasks import Example, Task
-from crl_envs.validation import check_int
+from crl_kit.errors import ConfigError, ConfigTypeError, CrlEnvsError, ModelError
+from crl_kit.validation import check_int
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 
 from gymnasium import spaces
 
-from crl_envs.errors import ConfigError
+from crl_kit.errors import ConfigError
 
 SAMPLE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
 

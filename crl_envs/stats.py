@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from crl_envs.errors import ConfigError
+from crl_kit.errors import ConfigError
 
 EXACT_PERMUTATION_LIMIT = 8
 """Rank-correlation p-values enumerate all n! orderings up to this many models (8! = 40320)."""

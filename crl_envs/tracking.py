@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crl_envs.errors import ConfigError, ConfigTypeError, MissingDependencyError
-from crl_envs.validation import did_you_mean
+from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError
+from crl_kit.validation import did_you_mean
 
 #: The trackers :func:`open_trackers` knows, and the module each one needs.
 TRACKERS: dict[str, str] = {"tensorboard": "tensorboard", "mlflow": "mlflow", "trackio": "trackio", "wandb": "wandb"}

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from crl_envs.errors import ConfigError
 from crl_envs.protocols.base import ProtocolEnv
+from crl_kit.errors import ConfigError
 
 
 class Coalition(BaseParallelWrapper):

@@ -244,9 +244,9 @@ def test_a_user_mistake_is_a_library_error_of_the_builtin_kind(capsys):
     import agents
     from agents.hub import HubUnavailableError
     from agents.openai import OpenAIRequestError
-    from crl_envs.errors import ConfigError, ConfigTypeError, CrlEnvsError, ModelError
     from crl_envs.sandbox.boundary import SandboxUnavailable
     from crl_envs.study.config import StudyConfigError
+    from crl_kit.errors import ConfigError, ConfigTypeError, CrlEnvsError, ModelError
 
     with pytest.raises(ConfigError) as info:
         agents.pool("zooo")
@@ -280,7 +280,7 @@ def test_a_model_that_fails_surfaces_as_a_model_error_and_a_broken_one_as_its_bu
     command); an unexpected exception inside ``generate`` stays a plain ``RuntimeError`` chained to the bug."""
     import agents
     from crl_envs import protocols, run_episodes, tasks
-    from crl_envs.errors import ModelError, RunError
+    from crl_kit.errors import ModelError, RunError
 
     def refuse(example, messages):
         raise ModelError("server said no; check the base URL")

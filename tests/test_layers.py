@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: pattern that matches a module places it (``fnmatch``: ``agents.*`` is every module under ``agents``).
 LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     # the library's error types and shared checks (check_int, did_you_mean): every layer may import them
-    "errors": (-1, ("crl_envs.errors", "crl_envs.validation")),
+    "errors": (-1, ("crl_kit", "crl_kit.*")),
     "options": (0, ("crl_envs.options",)),
     "stats": (0, ("crl_envs.stats",)),  # numpy/scipy only: the verdicts' statistics
     "tracking": (0, ("crl_envs.tracking",)),  # experiment trackers (TensorBoard, MLflow, trackio, W&B)

@@ -1,4 +1,4 @@
-"""The shared checks (crl_envs/validation.py) and the registries' public names: one rule, one wording,
+"""The shared checks (crl_kit/validation.py) and the registries' public names: one rule, one wording,
 whichever layer refuses the value."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 
 import agents
 from crl_envs import tasks
-from crl_envs.errors import ConfigError, ConfigTypeError
-from crl_envs.validation import check_int, did_you_mean, int_problem
+from crl_kit.errors import ConfigError, ConfigTypeError
+from crl_kit.validation import check_int, did_you_mean, int_problem
 
 
 @pytest.mark.parametrize("value, kind, words", [

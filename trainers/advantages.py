@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from crl_envs.errors import ConfigError, ConfigTypeError
+from crl_kit.errors import ConfigError, ConfigTypeError
 
 AdvantageFn = Callable[..., torch.Tensor]
 ADVANTAGES: dict[str, AdvantageFn] = {}

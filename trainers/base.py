@@ -27,11 +27,11 @@ from agents import Agent, Pool, SamplingParams, stable_hash
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
-from crl_envs.errors import ConfigError, ConfigTypeError, RunError
 from crl_envs.runner import Episode
 from crl_envs.stats import PairedCI, paired_bootstrap_ci  # noqa: F401  (the statistics live there)
 from crl_envs.tasks import Task
 from crl_envs.tracking import open_trackers
+from crl_kit.errors import ConfigError, ConfigTypeError, RunError
 from trainers.advantages import ADVANTAGES, compute_advantages
 from trainers.config import TrainerConfig
 from trainers.losses import LossInputs, get_loss

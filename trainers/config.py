@@ -12,9 +12,9 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from crl_envs.errors import ConfigError, ConfigTypeError
 from crl_envs.tracking import check_trackers
-from crl_envs.validation import check_int
+from crl_kit.errors import ConfigError, ConfigTypeError
+from crl_kit.validation import check_int
 
 #: Built-in advantage estimators that compare a rollout with its group (they need G >= 2).
 GROUP_ESTIMATORS = frozenset({"group_mean", "group_mean_std", "rloo", "shapley_credit"})

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from agents import Agent, Pool, SamplingParams
-from crl_envs.errors import ConfigError
 from crl_envs.runner import run_episodes
 from crl_envs.tasks import Task
+from crl_kit.errors import ConfigError
 from trainers.base import PairedCI, paired_bootstrap_ci
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from crl_envs.errors import ConfigError, ConfigTypeError
+from crl_kit.errors import ConfigError, ConfigTypeError
 
 
 @dataclass

@@ -36,9 +36,9 @@ from agents import Agent, Pool, SamplingParams
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
-from crl_envs.errors import ConfigError
 from crl_envs.runner import generate_grouped, phase_requests
 from crl_envs.tasks import Example, Task
+from crl_kit.errors import ConfigError
 
 Featurizer = Callable[[str], np.ndarray]
 

@@ -63,9 +63,9 @@ from agents import Agent, Generation, Pool, Request, SamplingParams, stable_hash
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
-from crl_envs.errors import ConfigError, ConfigTypeError, MissingDependencyError
 from crl_envs.runner import Episode
 from crl_envs.tasks import Task
+from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError
 from trainers.base import EvalResult, evaluate_policy
 from trainers.rollout import learner_sequences, rollout_episodes
 

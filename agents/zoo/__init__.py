@@ -52,7 +52,7 @@ from pathlib import Path
 
 from agents.pool import register_backend, register_pool
 from agents.zoo.specs import NAMES3, POOL_SHAPES, POOLS3, SPECS, TASK_OPTIONS, TASKS3
-from crl_envs.errors import ConfigError
+from crl_kit.errors import ConfigError
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 #: The multi-task models (v3) behind the ``zoo-<name>`` pools.

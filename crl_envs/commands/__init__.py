@@ -6,7 +6,7 @@ Subcommands of other packages are listed in :data:`PLUGINS` (``name -> (module, 
 module is imported only when its subcommand is chosen, so ``crl-envs --help`` and a mistyped
 command answer at once, without importing torch or transformers.
 
-Errors a user can fix (the library's :class:`~crl_envs.errors.CrlEnvsError`: bad options, unknown names;
+Errors a user can fix (the library's :class:`~crl_kit.errors.CrlEnvsError`: bad options, unknown names;
 and ``OSError``: missing files, an unreachable hub, ...) print one line and exit with status 2;
 ``CRL_ENVS_TRACEBACK=1`` shows the full traceback instead. Any other exception is a bug: its traceback. Usage errors are one line too,
 without the usage text, and a mistyped option names the closest one (:class:`CommandParser`).
@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from crl_envs.errors import ConfigError, CrlEnvsError
-from crl_envs.validation import close_match, did_you_mean
+from crl_kit.errors import ConfigError, CrlEnvsError
+from crl_kit.validation import close_match, did_you_mean
 
 Subcommand = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
 SUBCOMMANDS: dict[str, Subcommand] = {}
@@ -32,7 +32,7 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "study": ("crl_envs.commands.study", "run a study config: pools x protocols x tasks, trainers; prints the paper's tables"),
 }
 #: What a user can fix from the message alone, shown as one line (exit status 2): the library's errors
-#: (:mod:`crl_envs.errors`) and the operating system's (a missing file, an unwritable directory, an
+#: (:mod:`crl_kit.errors`) and the operating system's (a missing file, an unwritable directory, an
 #: unreachable server). Anything else is a bug and shows its traceback.
 USER_ERRORS = (CrlEnvsError, OSError)
 

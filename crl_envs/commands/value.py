@@ -23,7 +23,7 @@ from crl_envs.commands import (
     task_options,
     writable_dir,
 )
-from crl_envs.errors import ConfigError
+from crl_kit.errors import ConfigError
 
 DEFAULT_QUESTIONS = 200
 """Exact valuation of the 5-model zoo under debate at 50 questions: ~4 CPU-minutes on this 2-core

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from crl_envs import roster
-from crl_envs.errors import ConfigError
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, Turn, plurality
+from crl_kit.errors import ConfigError
 
 #: Short name -> factory, for every protocol of the roster (:data:`crl_envs.roster.VERSIONS`), in its order.
 PROTOCOLS: dict[str, Callable[..., ProtocolEnv]] = {

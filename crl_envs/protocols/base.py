@@ -27,11 +27,11 @@ from pettingzoo import ParallelEnv
 from agents import Agent, Message, Pool
 from agents import pool as make_pool
 from crl_envs import tasks as task_registry
-from crl_envs.errors import ConfigError, ConfigTypeError
 from crl_envs.options import keyword_options, unknown_option_message
 from crl_envs.spaces import TextSpace, prompt_space
 from crl_envs.tasks import Example, Task
-from crl_envs.validation import check_int
+from crl_kit.errors import ConfigError, ConfigTypeError
+from crl_kit.validation import check_int
 
 MAX_ACTION_CHARS = 4096
 """Default limit on an action's length; longer text is truncated (never an error)."""

@@ -37,9 +37,9 @@ from __future__ import annotations
 from itertools import combinations
 
 from crl_envs import roster
-from crl_envs.errors import ConfigError
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers
 from crl_envs.protocols.roles import RoleOption, parse_choice, resolve_role, role_player
+from crl_kit.errors import ConfigError
 
 
 class BlenderEnv(ProtocolEnv):

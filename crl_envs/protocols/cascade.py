@@ -33,9 +33,9 @@ from __future__ import annotations
 import re
 
 from crl_envs import roster
-from crl_envs.errors import ConfigError
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv
 from crl_envs.protocols.roles import resolve_order
+from crl_kit.errors import ConfigError
 
 _DEFER = re.compile(r"\bdefer\b", re.IGNORECASE)
 _CONFIDENCE = re.compile(r"confidence\s*(?:score)?\s*(?:is|:|=)?\s*(\d+(?:\.\d+)?)\s*(?:/\s*10)?", re.IGNORECASE)

@@ -29,8 +29,8 @@ Version history: v0 — initial release.
 from __future__ import annotations
 
 from crl_envs import roster
-from crl_envs.errors import ConfigError
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers, plurality
+from crl_kit.errors import ConfigError
 
 
 class DebateEnv(ProtocolEnv):

@@ -36,9 +36,9 @@ Version history: v0 — initial release.
 from __future__ import annotations
 
 from crl_envs import roster
-from crl_envs.errors import ConfigError
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers, plurality
 from crl_envs.protocols.roles import RoleOption, parse_choice, resolve_role, role_player
+from crl_kit.errors import ConfigError
 
 
 class JudgeEnv(ProtocolEnv):

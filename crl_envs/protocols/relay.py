@@ -26,9 +26,9 @@ Version history: v0 — initial release.
 from __future__ import annotations
 
 from crl_envs import roster
-from crl_envs.errors import ConfigError
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv
 from crl_envs.protocols.roles import resolve_order
+from crl_kit.errors import ConfigError
 
 
 class RelayEnv(ProtocolEnv):

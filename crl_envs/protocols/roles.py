@@ -16,8 +16,8 @@ import re
 from collections.abc import Sequence
 
 from agents import Agent
-from crl_envs.errors import ConfigError, ConfigTypeError
 from crl_envs.protocols.base import ProtocolEnv
+from crl_kit.errors import ConfigError, ConfigTypeError
 
 RoleOption = str | int | Agent | None
 _INTEGER = re.compile(r"-?\d+")

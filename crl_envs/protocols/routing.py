@@ -50,9 +50,9 @@ from gymnasium import spaces
 
 from agents import Agent, Generation, Request
 from crl_envs import roster
-from crl_envs.errors import ConfigError, ModelError
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers
 from crl_envs.protocols.roles import parse_choice
+from crl_kit.errors import ConfigError, ModelError
 
 ROUTER = "router_0"
 _INTEGER = re.compile(r"-?\d+")

@@ -40,8 +40,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from crl_envs import roster
-from crl_envs.errors import ConfigError
 from crl_envs.protocols.debate import DebateEnv
+from crl_kit.errors import ConfigError
 
 GRAPHS = ("chain", "star", "tree", "ring", "complete")
 

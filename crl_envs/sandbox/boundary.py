@@ -20,11 +20,11 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 
-from crl_envs.errors import RunError
 from crl_envs.sandbox.cgroup import cgroup_support
 from crl_envs.sandbox.procs import reap_orphans
 from crl_envs.sandbox.seccomp import REFUSED as SECCOMP_REFUSED
 from crl_envs.sandbox.seccomp import seccomp_fd, seccomp_program
+from crl_kit.errors import RunError
 
 NOBODY = 65534
 GUARD_ONLY_ENV = "CRL_SANDBOX_GUARD_ONLY"

@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
-from crl_envs.errors import ConfigError
 from crl_envs.sandbox.boundary import Boundary, as_user, clean_env
 from crl_envs.sandbox.cgroup import Cgroup, cgroup_support
 from crl_envs.sandbox.inside import MODULES
 from crl_envs.sandbox.procs import is_zombie, namespace_processes, reap_orphans, session_processes
 from crl_envs.sandbox.seccomp import seccomp_fd
+from crl_kit.errors import ConfigError
 
 TAIL_BYTES = 4096
 # Started as the launcher: waits until the parent has put it into its cgroup, then becomes bwrap.

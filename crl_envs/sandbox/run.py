@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from crl_envs.errors import ConfigError, ConfigTypeError
 from crl_envs.sandbox.boundary import require_boundary
 from crl_envs.sandbox.cgroup import cgroup_support
 from crl_envs.sandbox.launch import TAIL_BYTES, Launch, SandboxLimits, read_outputs, source_fd, status
+from crl_kit.errors import ConfigError, ConfigTypeError
 
 
 @dataclass(frozen=True)

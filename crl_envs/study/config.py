@@ -71,9 +71,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crl_envs.errors import ConfigError
 from crl_envs.tracking import check_trackers
-from crl_envs.validation import did_you_mean, int_problem
+from crl_kit.errors import ConfigError
+from crl_kit.validation import did_you_mean, int_problem
 
 SECTIONS = ("study", "pools", "tasks", "protocols", "valuation", "training", "sampling", "executor")
 ESTIMATORS = ("exact", "loo", "permutation", "antithetic")

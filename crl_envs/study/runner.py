@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from crl_envs.errors import RunError
 from crl_envs.study.config import StudyConfig
 from crl_envs.study.plan import Cell
 from crl_envs.valuation.coalition import atomic_write_json
+from crl_kit.errors import RunError
 
 
 # ---------------------------------------------------------------------- building what a cell names

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from crl_envs.errors import ConfigError, ConfigTypeError
 from crl_envs.tasks.arith import ArithTask
 from crl_envs.tasks.base import Example, Task
 from crl_envs.tasks.bbh import BBHTask
@@ -22,7 +21,8 @@ from crl_envs.tasks.numeric import NumericTask, extract_number, normalize_number
 from crl_envs.tasks.procedural import TASK_KINDS, ProceduralTask, majority_baseline
 from crl_envs.tasks.reasoning import CompareTask, LogicTask, WordProblemTask
 from crl_envs.tasks.theoremqa import TheoremQATask
-from crl_envs.validation import did_you_mean
+from crl_kit.errors import ConfigError, ConfigTypeError
+from crl_kit.validation import did_you_mean
 
 _REGISTRY: dict[str, Callable[..., Task]] = {}
 
@@ -68,7 +68,7 @@ def load(name: str, split: str | None = None, n: int | None = None, seed: int = 
         (3, 1.0)
     """
     from crl_envs.options import unknown_option_message
-    from crl_envs.validation import check_int
+    from crl_kit.validation import check_int
 
     if isinstance(name, Task):
         return name

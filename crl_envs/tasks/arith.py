@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import random
 
-from crl_envs.errors import ConfigError
 from crl_envs.tasks.base import Example
 from crl_envs.tasks.numeric import NumericTask
-from crl_envs.validation import check_int
+from crl_kit.errors import ConfigError
+from crl_kit.validation import check_int
 
 OPERATIONS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 TEST_FRACTION = 5  # one question in 5 (by content hash) belongs to the test split

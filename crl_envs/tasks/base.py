@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crl_envs.errors import ConfigError
+from crl_kit.errors import ConfigError
 
 TURN_MARKERS: tuple[str, ...] = (
     r"Agent \d+", "Your previous answer", "Other agents' answers", "Considering the other answers",

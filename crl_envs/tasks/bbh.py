@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import re
 
-from crl_envs.errors import ConfigError
 from crl_envs.tasks.base import Example, Task, own_turn
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.numeric import boxed_contents
+from crl_kit.errors import ConfigError
 
 SUBTASKS = (
     "boolean_expressions", "causal_judgement", "date_understanding", "disambiguation_qa", "dyck_languages",

@@ -16,10 +16,10 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 
-from crl_envs.errors import ConfigError
 from crl_envs.sandbox import SandboxLimits, SandboxResult, free_names, run_many, unbound_names
 from crl_envs.tasks.base import Example, Task
 from crl_envs.tasks.hub import check_split, load_rows, subsample
+from crl_kit.errors import ConfigError
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 

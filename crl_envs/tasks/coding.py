@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import random
 
-from crl_envs.errors import ConfigError
 from crl_envs.tasks.base import Example
 from crl_envs.tasks.code import CodeTask
 from crl_envs.tasks.numeric import NumericTask
 from crl_envs.tasks.procedural import Draw, ProceduralTask, differs
+from crl_kit.errors import ConfigError
 
 _WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import random
 
-from crl_envs.errors import ConfigError
 from crl_envs.tasks.base import Example
 from crl_envs.tasks.numeric import NumericTask
 from crl_envs.tasks.procedural import Draw, ProceduralTask, differs
+from crl_kit.errors import ConfigError
 
 
 class LawTask(ProceduralTask, NumericTask):

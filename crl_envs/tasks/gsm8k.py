@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-from crl_envs.errors import ConfigError
 from crl_envs.tasks.base import Example
 from crl_envs.tasks.hub import load_rows
 from crl_envs.tasks.numeric import NumericTask, extract_number
+from crl_kit.errors import ConfigError
 
 HUB_ID = "openai/gsm8k"
 

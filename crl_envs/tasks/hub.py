@@ -7,8 +7,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from crl_envs.errors import ConfigError
 from crl_envs.tasks.base import Example
+from crl_kit.errors import ConfigError
 
 _BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
 

@@ -24,10 +24,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from crl_envs.errors import ConfigError
 from crl_envs.tasks.base import Example, Task, own_turn
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.numeric import boxed_contents, last_number
+from crl_kit.errors import ConfigError
 
 REL_TOL = 1e-4
 SYMPY_TIMEOUT = 5.0  # math-verify's own default

@@ -8,10 +8,10 @@ import re
 import string
 from collections.abc import Sequence
 
-from crl_envs.errors import ConfigError
 from crl_envs.tasks.base import Example, Task, own_turn
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.numeric import boxed_contents
+from crl_kit.errors import ConfigError
 
 LETTERS = string.ascii_uppercase[:10]  # A..J
 _L = f"[{LETTERS}]"

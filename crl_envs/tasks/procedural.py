@@ -16,8 +16,8 @@ import random
 from collections import Counter
 from collections.abc import Callable
 
-from crl_envs.errors import ConfigError
 from crl_envs.tasks.base import Example, Task
+from crl_kit.errors import ConfigError
 
 TEST_FRACTION = 5  # one question in 5 (by content hash) belongs to the test split
 #: The paper's three kinds of task, and the procedural tasks of each.

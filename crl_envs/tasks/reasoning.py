@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import random
 
-from crl_envs.errors import ConfigError
 from crl_envs.tasks.base import Example
 from crl_envs.tasks.bbh import bbh_equal, extract_bbh_answer
 from crl_envs.tasks.multiple_choice import LETTERS, MultipleChoiceTask
 from crl_envs.tasks.numeric import NumericTask
 from crl_envs.tasks.procedural import Draw, ProceduralTask, differs
+from crl_kit.errors import ConfigError
 
 NAMES = ("Ann", "Ben", "Cal", "Dee", "Eve", "Finn", "Gus", "Hana", "Ivy", "Jo", "Kai", "Lea", "Max", "Noa")
 ITEMS = ("apple", "book", "coin", "shell", "card", "stamp", "marble", "pencil", "sticker", "cookie")

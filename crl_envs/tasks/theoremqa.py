@@ -12,7 +12,6 @@ import math
 import os
 import re
 
-from crl_envs.errors import ConfigError
 from crl_envs.tasks.base import Example, Task
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.math import (
@@ -24,6 +23,7 @@ from crl_envs.tasks.math import (
     extract_math_answer,
     normalize_math_answer,
 )
+from crl_kit.errors import ConfigError
 
 TOLERANCE = 0.04
 ANSWER_TYPES = ("integer", "float", "bool", "option", "list of integer", "list of float")

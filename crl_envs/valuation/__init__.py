@@ -32,7 +32,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from crl_envs.errors import ConfigError
+from crl_kit.errors import ConfigError
 
 #: ``module -> the names it exports here``. Names load on first use (PEP 562), so ``crl-envs value
 #: --help`` (which reads :data:`ESTIMATORS`) pays for neither torch nor scipy.
@@ -140,7 +140,6 @@ def evaluate(
     """
     import numpy as np
 
-    from crl_envs.validation import check_int
     from crl_envs.valuation import estimators
     from crl_envs.valuation.estimators import (
         banzhaf_weights,
@@ -154,6 +153,7 @@ def evaluate(
     from crl_envs.valuation.executors import resolve_executor
     from crl_envs.valuation.game import CoalitionGame, individual_game, play_coalitions
     from crl_envs.valuation.report import Measure, ValuationReport, check_ci_options
+    from crl_kit.validation import check_int
 
     if estimator not in ESTIMATORS:
         raise ConfigError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")

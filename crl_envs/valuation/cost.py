@@ -21,9 +21,9 @@ from typing import Any
 
 from agents import Agent, Pool, SamplingParams, ScriptedAgent, stable_hash
 from crl_envs import protocols
-from crl_envs.errors import ConfigError
 from crl_envs.runner import ProtocolFactory, RequestMemo, run_coalitions, run_episodes, total_usage
 from crl_envs.tasks import Task
+from crl_kit.errors import ConfigError
 
 
 def _stand_in(name: str) -> ScriptedAgent:

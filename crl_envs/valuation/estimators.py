@@ -21,7 +21,7 @@ from math import factorial
 
 import numpy as np
 
-from crl_envs.errors import ConfigError
+from crl_kit.errors import ConfigError
 
 MAX_EXACT_PLAYERS = 12
 """Exact estimators enumerate 2^n coalitions; beyond this, use permutation sampling."""

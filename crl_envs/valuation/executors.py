@@ -51,9 +51,9 @@ import cloudpickle  # a gymnasium dependency
 import numpy as np
 
 from agents import Agent, Pool
-from crl_envs.errors import ConfigError, ConfigTypeError, MissingDependencyError, RunError
-from crl_envs.validation import check_int, did_you_mean
 from crl_envs.valuation.coalition import CoalitionRun, coalitions_scores
+from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError, RunError
+from crl_kit.validation import check_int, did_you_mean
 
 EXECUTORS = ("local", "processes", "ray")
 INSTALL_HINT = "pip install 'crl-envs[ray]'"

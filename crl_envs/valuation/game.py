@@ -46,7 +46,6 @@ from agents import Agent, Pool, SamplingParams
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
-from crl_envs.errors import ConfigError
 from crl_envs.runner import ProtocolFactory
 from crl_envs.tasks import Task
 from crl_envs.valuation.coalition import (
@@ -60,6 +59,7 @@ from crl_envs.valuation.coalition import (
 )
 from crl_envs.valuation.cost import calls_per_episode, distinct_calls
 from crl_envs.valuation.executors import Executor, resolve_executor
+from crl_kit.errors import ConfigError
 
 CACHE_VERSION = 2
 #: The protocol whose one-member coalition is "the model alone, answering the task once".

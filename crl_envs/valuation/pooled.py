@@ -20,9 +20,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from crl_envs.errors import ConfigError
 from crl_envs.stats import STATISTICS, correlation, grouped_permutation_test, min_p_value
 from crl_envs.valuation.report import LABELS, ValuationReport
+from crl_kit.errors import ConfigError
 
 ALTERNATIVES = ("two-sided", "greater", "less")
 

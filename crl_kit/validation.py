@@ -2,7 +2,7 @@
 
 One place for each rule, so an option is refused in the same words by a protocol, a task, the runner,
 the valuation, a trainer's config and a study config. Imports nothing of the project but
-:mod:`crl_envs.errors`, so every layer (``agents`` included) may import it.
+:mod:`crl_kit.errors`, so every layer (``agents`` included) may import it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from crl_envs.errors import ConfigError, ConfigTypeError
+from crl_kit.errors import ConfigError, ConfigTypeError
 
 
 def close_match(word: Any, choices: Iterable[str]) -> str | None:
@@ -74,7 +74,7 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, allow_none: 
         >>> check_int("rounds", "3", minimum=1)
         Traceback (most recent call last):
         ...
-        crl_envs.errors.ConfigTypeError: rounds must be an int >= 1, got '3' (str) (write rounds=3 without quotes)
+        crl_kit.errors.ConfigTypeError: rounds must be an int >= 1, got '3' (str) (write rounds=3 without quotes)
     """
     if value is None and allow_none:
         return None
