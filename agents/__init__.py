@@ -15,7 +15,7 @@
 
 from agents.base import Agent, Generation, Message, Request, SamplingParams, sample_n, stable_hash
 from agents.hf import HFAgent
-from agents.pool import Pool, from_spec, pool, register_backend, register_pool
+from agents.pool import Pool, backend_names, from_spec, pool, pool_names, register_backend, register_pool
 from agents.scripted import ScriptedAgent
 
 
@@ -64,5 +64,5 @@ def __getattr__(name: str):
 __all__ = [
     "Agent", "Generation", "Message", "Request", "SamplingParams", "sample_n", "stable_hash",
     "HFAgent", "OpenAIAgent", "VLLMAgent", "LlamaCppAgent", "ScriptedAgent", "Pool", "pool", "from_spec", "register_backend",
-    "register_pool",
+    "register_pool", "pool_names", "backend_names",
 ]

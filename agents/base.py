@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from crl_kit.errors import ConfigError, ConfigTypeError
+
 Message = dict[str, str]
 """A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
 
@@ -53,26 +55,26 @@ class SamplingParams:
                 continue
             if isinstance(value, bool) or not isinstance(value, kind):
                 what = "a number" if kind is numbers.Real else "an int"
-                raise TypeError(f"SamplingParams.{key} must be {what} (e.g. {key}={example}), "
+                raise ConfigTypeError(f"SamplingParams.{key} must be {what} (e.g. {key}={example}), "
                                 f"got {type(value).__name__} {value!r}")
             object.__setattr__(self, key, float(value) if kind is numbers.Real else int(value))
         if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+            raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:  # also refuses NaN
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         stop = self.stop
         if isinstance(stop, str):
-            raise TypeError(f"SamplingParams.stop must be a list or tuple of strings, got the string {stop!r}; "
+            raise ConfigTypeError(f"SamplingParams.stop must be a list or tuple of strings, got the string {stop!r}; "
                             f"write stop=[{stop!r}]")
         if not isinstance(stop, (list, tuple)):
-            raise TypeError(f"SamplingParams.stop must be a list or tuple of strings, got {type(stop).__name__}")
+            raise ConfigTypeError(f"SamplingParams.stop must be a list or tuple of strings, got {type(stop).__name__}")
         for s in stop:
             if not isinstance(s, str):
-                raise TypeError(f"SamplingParams.stop entries must be strings, got {type(s).__name__} {s!r}")
+                raise ConfigTypeError(f"SamplingParams.stop entries must be strings, got {type(s).__name__} {s!r}")
             if not s:
-                raise ValueError(f"SamplingParams.stop entries must be non-empty strings, got '' in {stop!r}")
+                raise ConfigError(f"SamplingParams.stop entries must be non-empty strings, got '' in {stop!r}")
         object.__setattr__(self, "stop", tuple(dict.fromkeys(stop)))
 
     def with_seed(self, seed: int | None) -> SamplingParams:
@@ -93,10 +95,10 @@ class Request:
 
     def __post_init__(self) -> None:
         if not isinstance(self.messages, list) or not self.messages:
-            raise ValueError("Request.messages must be a non-empty list of {'role', 'content'} dicts")
+            raise ConfigError("Request.messages must be a non-empty list of {'role', 'content'} dicts")
         for m in self.messages:
             if not isinstance(m, dict) or not isinstance(m.get("content"), str) or "role" not in m:
-                raise ValueError(f"malformed chat message {m!r}: expected {{'role': str, 'content': str}}")
+                raise ConfigError(f"malformed chat message {m!r}: expected {{'role': str, 'content': str}}")
 
 
 @dataclass
@@ -142,7 +144,7 @@ class Agent(abc.ABC):
             return []
         for r in requests:
             if not isinstance(r, Request):
-                raise TypeError(f"{self.name}: generate() takes Request objects, got {type(r).__name__}")
+                raise ConfigTypeError(f"{self.name}: generate() takes Request objects, got {type(r).__name__}")
         out = self._generate(requests)
         if len(out) != len(requests):
             raise RuntimeError(
@@ -293,7 +295,7 @@ class TokenizerPrompts:
         for r, ids in zip(requests, prompt_ids):
             if len(ids) >= limit:
                 example = getattr(r.metadata.get("example"), "id", None)
-                raise ValueError(
+                raise ConfigError(
                     f"{type(self).__name__} {getattr(self, 'name', '')!r}: the prompt of example {example!r} has "
                     f"{len(ids)} tokens, but {context} holds {limit}; {fix}"
                 )

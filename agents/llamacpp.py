@@ -58,6 +58,7 @@ from agents.base import (
 )
 from agents.gguf import file_sha256, gguf_tokenizer
 from agents.spec_options import split_options
+from crl_kit.errors import ConfigError, MissingDependencyError
 
 INSTALL = ("CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install 'crl-envs[llamacpp]' (llama-cpp-python compiles from "
            "source, about 10 minutes; a native build can die with SIGILL)")
@@ -79,7 +80,7 @@ def require_llama_cpp() -> Any:
     try:
         import llama_cpp
     except ImportError:
-        raise ImportError(f"the llamacpp backend needs llama-cpp-python: {INSTALL}") from None
+        raise MissingDependencyError(f"the llamacpp backend needs llama-cpp-python: {INSTALL}") from None
     return llama_cpp
 
 
@@ -150,13 +151,13 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
     ):
         path = Path(model_path).expanduser()
         if path.suffix != ".gguf":
-            raise ValueError(f"LlamaCppAgent reads GGUF files: {str(path)!r} does not end in .gguf")
+            raise ConfigError(f"LlamaCppAgent reads GGUF files: {str(path)!r} does not end in .gguf")
         if not path.is_file():
             raise FileNotFoundError(f"GGUF file {str(path)!r} does not exist; pass the path of a .gguf file")
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 16:
-            raise ValueError(f"n_ctx must be an int >= 16 (tokens of prompt + answer), got {n_ctx!r}")
+            raise ConfigError(f"n_ctx must be an int >= 16 (tokens of prompt + answer), got {n_ctx!r}")
         if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1):
-            raise ValueError(f"n_threads must be an int >= 1 or None, got {n_threads!r}")
+            raise ConfigError(f"n_threads must be an int >= 1 or None, got {n_threads!r}")
         llama_cpp = require_llama_cpp()
         self.path = path
         self.name = name or path.stem
@@ -188,7 +189,7 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
         """Build from ``llamacpp:<path/to/file.gguf>[?n_threads=2&n_ctx=4096&name=x&prefix_cache=false]``."""
         source, options = split_options(target, cls.SPEC_OPTIONS, "llamacpp")
         if not source:
-            raise ValueError(f"llamacpp spec 'llamacpp:{target}' names no file; write llamacpp:/path/to/file.gguf")
+            raise ConfigError(f"llamacpp spec 'llamacpp:{target}' names no file; write llamacpp:/path/to/file.gguf")
         return cls(source, **options)
 
     def _check_vocab(self) -> None:
@@ -197,7 +198,7 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
         theirs = list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
         if ours != theirs:
             at = common_prefix(ours, theirs)
-            raise ValueError(
+            raise ConfigError(
                 f"LlamaCppAgent {self.name!r}: the tokenizer does not match {self.path.name}'s vocabulary (ids differ "
                 f"from token {at}: {ours[at:at + 4]} vs llama.cpp's {theirs[at:at + 4]}); pass tokenizer= the GGUF's "
                 "own, AutoTokenizer.from_pretrained(dir, gguf_file=name)"

@@ -26,6 +26,7 @@ import httpx
 
 from agents.base import Agent, Generation, Request, truncate_at_stop
 from agents.spec_options import split_options
+from crl_kit.errors import ConfigError, ConfigTypeError, ModelError
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 #: Retries of a refused connection to a server this agent has never reached (a wrong URL, a server that was
@@ -36,7 +37,7 @@ CONNECT_RETRY_DELAY = 0.5
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 
 
-class OpenAIRequestError(RuntimeError):
+class OpenAIRequestError(ModelError):
     """A chat-completions request failed for good (retries spent, or a non-retryable HTTP error)."""
 
 
@@ -79,16 +80,16 @@ def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> 
 def parse_openai_spec(target: str) -> tuple[str, str, dict[str, Any]]:
     """``"http://host:8000/v1#model?concurrency=8"`` -> ``(base_url, model, options)``."""
     if "#" not in target:
-        raise ValueError(
+        raise ConfigError(
             f"malformed openai spec 'openai:{target}': expected 'openai:<base url>#<model>', "
             "e.g. 'openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-0.5B-Instruct'"
         )
     base_url, model = target.rsplit("#", 1)
     model, options = split_options(model, _SPEC_OPTIONS, "openai")
     if not base_url.startswith(("http://", "https://")):
-        raise ValueError(f"openai spec base url {base_url!r} must start with http:// or https://")
+        raise ConfigError(f"openai spec base url {base_url!r} must start with http:// or https://")
     if not model:
-        raise ValueError(f"openai spec 'openai:{target}' names no model after '#'")
+        raise ConfigError(f"openai spec 'openai:{target}' names no model after '#'")
     return base_url, model, options
 
 
@@ -149,13 +150,13 @@ class OpenAIAgent(Agent):
         extra_body: dict[str, Any] | None = None,
     ):
         if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+            raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
         if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+            raise ConfigError(f"max_retries must be >= 0, got {max_retries}")
         if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+            raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
         if not 0 <= top_logprobs <= 20:
-            raise ValueError(f"top_logprobs must be in 0..20 (the OpenAI API's range), got {top_logprobs}")
+            raise ConfigError(f"top_logprobs must be in 0..20 (the OpenAI API's range), got {top_logprobs}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.name = name or model
@@ -315,7 +316,7 @@ class OpenAIAgent(Agent):
                     raise KeyError("message.content is null")
                 text = ""
             if not isinstance(text, str):
-                raise TypeError(f"message.content is {type(text).__name__}, not a string")
+                raise ConfigTypeError(f"message.content is {type(text).__name__}, not a string")
             usage = data.get("usage") or {}
             logprobs, token_ids, pieces = _logprobs_of(choice)
             prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from agents.base import Agent
+from crl_kit.errors import ConfigError, ConfigTypeError
+from crl_kit.validation import did_you_mean
 
 SpecFactory = Callable[[str], Agent]
 _BACKENDS: dict[str, SpecFactory] = {}
@@ -22,15 +23,20 @@ def register_pool(name: str, factory: Callable[[], list[Agent]]) -> None:
     _NAMED_POOLS[name] = factory
 
 
-def _did_you_mean(word: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+def pool_names() -> list[str]:
+    """The named pools ``agents.pool(name)`` builds (``"zoo"``, ``"pretrained"``, ...), sorted."""
+    return sorted(_NAMED_POOLS)
+
+
+def backend_names() -> list[str]:
+    """The backends of agent specs ``"<backend>:<target>"`` (``"hf"``, ``"openai"``, ...), sorted."""
+    return sorted(_BACKENDS)
 
 
 def _unknown_pool_error(name: str) -> ValueError:
     """The error for a pool member that is neither a named pool nor a ``<backend>:<target>`` spec."""
-    return ValueError(
-        f"unknown pool or malformed agent spec {name!r}{_did_you_mean(name, _NAMED_POOLS)}: named pools are "
+    return ConfigError(
+        f"unknown pool or malformed agent spec {name!r}{did_you_mean(name, _NAMED_POOLS)}: named pools are "
         f"{', '.join(sorted(_NAMED_POOLS))}; an agent spec is '<backend>:<target>' with backend one of "
         f"{', '.join(sorted(_BACKENDS))} (e.g. 'hf:path/to/model')"
     )
@@ -39,16 +45,16 @@ def _unknown_pool_error(name: str) -> ValueError:
 def from_spec(spec: str) -> Agent:
     """Build one agent from a spec string such as ``"hf:gpt2"`` or ``"openai:http://host/v1#model"``."""
     if not isinstance(spec, str) or ":" not in spec:
-        raise ValueError(
+        raise ConfigError(
             f"malformed agent spec {spec!r}: expected '<backend>:<target>' with backend one of "
             f"{sorted(_BACKENDS)} (e.g. 'hf:path/to/model')"
         )
     prefix, rest = spec.split(":", 1)
     if prefix not in _BACKENDS:
-        raise ValueError(f"unknown agent backend {prefix!r} in spec {spec!r}{_did_you_mean(prefix, _BACKENDS)}; "
+        raise ConfigError(f"unknown agent backend {prefix!r} in spec {spec!r}{did_you_mean(prefix, _BACKENDS)}; "
                          f"known backends: {sorted(_BACKENDS)}")
     if not rest.strip():
-        raise ValueError(f"malformed agent spec {spec!r}: nothing after '{prefix}:'")
+        raise ConfigError(f"malformed agent spec {spec!r}: nothing after '{prefix}:'")
     agent = _BACKENDS[prefix](rest)
     if agent.spec is None:
         agent.spec = spec  # remembered, so another process can rebuild the same agent
@@ -68,10 +74,10 @@ class Pool(Mapping[str, Agent]):
     def __init__(self, members: Iterable[Agent]):
         members = list(members)
         if not members:
-            raise ValueError("empty pool: a pool needs at least one agent")
+            raise ConfigError("empty pool: a pool needs at least one agent")
         for m in members:
             if not isinstance(m, Agent):
-                raise TypeError(f"pool members must be agents.Agent instances or spec strings, got {type(m).__name__}")
+                raise ConfigTypeError(f"pool members must be agents.Agent instances or spec strings, got {type(m).__name__}")
         self._agents = {f"model_{i}": a for i, a in enumerate(members)}
 
     def __getitem__(self, agent_id: str) -> Agent:
@@ -122,7 +128,7 @@ def pool(*members: Agent | str | Iterable[Agent | str] | Pool) -> Pool:
         elif isinstance(m, Iterable):
             flat.extend(m)
         else:
-            raise TypeError(f"cannot build a pool member from {type(m).__name__}")
+            raise ConfigTypeError(f"cannot build a pool member from {type(m).__name__}")
     built = []
     for m in flat:
         if isinstance(m, str) and m in _NAMED_POOLS:

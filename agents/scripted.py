@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.base import Agent, Generation, Message, Request, stable_hash, truncate_at_stop
+from crl_kit.errors import ConfigError, ConfigTypeError
 
 Respond = Callable[[Any, list[Message]], str]
 
@@ -28,7 +29,7 @@ class ScriptedAgent(Agent):
 
     def __init__(self, name: str, respond: Respond):
         if not callable(respond):
-            raise TypeError(f"ScriptedAgent {name!r}: respond must be callable(example, messages) -> str")
+            raise ConfigTypeError(f"ScriptedAgent {name!r}: respond must be callable(example, messages) -> str")
         self.name = name
         self.respond = respond
 
@@ -38,7 +39,7 @@ class ScriptedAgent(Agent):
             t0 = time.perf_counter()
             text = self._respond(r)
             if not isinstance(text, str):
-                raise TypeError(f"ScriptedAgent {self.name!r}: respond returned {type(text).__name__}, expected str")
+                raise ConfigTypeError(f"ScriptedAgent {self.name!r}: respond returned {type(text).__name__}, expected str")
             text, _ = truncate_at_stop(text, r.sampling.stop)  # stop sequences, as every backend
             prompt_tokens = sum(len(m["content"].split()) for m in r.messages)
             out.append(
@@ -63,7 +64,7 @@ class ScriptedAgent(Agent):
         wrong experts may or may not agree, as real models do.
         """
         if not 0.0 <= accuracy <= 1.0:
-            raise ValueError(f"accuracy must be in [0, 1], got {accuracy}")
+            raise ConfigError(f"accuracy must be in [0, 1], got {accuracy}")
 
         return _Expert(name, accuracy, seed)
 
@@ -95,7 +96,7 @@ class _Expert(ScriptedAgent):
     def _respond(self, request: Request) -> str:
         example = request.metadata.get("example")
         if example is None:
-            raise ValueError(f"ScriptedAgent.expert {self.name!r} needs request.metadata['example']")
+            raise ConfigError(f"ScriptedAgent.expert {self.name!r} needs request.metadata['example']")
         h = stable_hash(self.seed, self.name, example.id, request.metadata.get("phase", 0))
         correct = (h % 1_000_000) / 1_000_000 < self.accuracy
         return f"The answer is {example.answer if correct else wrong_answer(example.answer, h)}."

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from crl_kit.errors import ConfigError
+
 
 def _parse_value(text: str) -> Any:
     lowered = text.lower()
@@ -39,10 +41,10 @@ def split_options(target: str, allowed: Mapping[str, type | tuple[type, ...]], b
     options: dict[str, Any] = {}
     for part in filter(None, query.split("&")):
         if "=" not in part:
-            raise ValueError(f"{backend} spec option {part!r} in {target!r} has no value: write key=value")
+            raise ConfigError(f"{backend} spec option {part!r} in {target!r} has no value: write key=value")
         key, raw = part.split("=", 1)
         if key not in allowed:
-            raise ValueError(
+            raise ConfigError(
                 f"unknown {backend} spec option {key!r} in {target!r}; known options: {sorted(allowed)}"
             )
         value = _parse_value(raw)
@@ -53,7 +55,7 @@ def split_options(target: str, allowed: Mapping[str, type | tuple[type, ...]], b
             value = raw
         if value is not None and not isinstance(value, expected):
             names = "/".join(t.__name__ for t in _as_tuple(expected))
-            raise ValueError(f"{backend} spec option {key}={raw!r} in {target!r}: expected {names}")
+            raise ConfigError(f"{backend} spec option {key}={raw!r} in {target!r}: expected {names}")
         options[key] = value
     return name, options
 

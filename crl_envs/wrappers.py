@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from crl_envs.protocols.base import ProtocolEnv
+from crl_kit.errors import ConfigError
 
 
 class Coalition(BaseParallelWrapper):
@@ -29,6 +30,6 @@ class Coalition(BaseParallelWrapper):
     def reset(self, seed: int | None = None, options: dict | None = None):
         options = dict(options or {})
         if "coalition" in options and options["coalition"] is not None:
-            raise ValueError("Coalition wrapper already fixes the coalition; do not pass options['coalition']")
+            raise ConfigError("Coalition wrapper already fixes the coalition; do not pass options['coalition']")
         options["coalition"] = self.members
         return self.env.reset(seed=seed, options=options)

@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from crl_envs import tasks, valuation
-from crl_envs.cli import build_pool
+from crl_envs.commands import build_pool
 
 
 def main() -> None:

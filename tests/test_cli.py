@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from crl_envs.cli import main
+from crl_envs.commands import main
 
 HEAVY = ("torch", "transformers", "scipy", "datasets")
 
@@ -35,7 +35,7 @@ def test_help_and_a_typo_import_nothing_heavy():
     subcommand runs; the timing itself is in benchmarks/cli_startup.py."""
     probe = (
         "import sys\n"
-        "from crl_envs.cli import main\n"
+        "from crl_envs.commands import main\n"
         "for argv in (['--help'], ['vaule'], ['play', '--help'], ['value', '--help']):\n"
         "    try:\n"
         "        main(argv)\n"
@@ -171,11 +171,9 @@ def test_pool_typo_suggests_a_named_pool(capsys):
     with pytest.raises(ValueError) as info:
         agents.pool("zooo")
     message = str(info.value)
-    from agents.pool import _NAMED_POOLS
-
-    assert {"pretrained", "pretrained-llamacpp", "zoo"} <= set(_NAMED_POOLS)
+    assert {"pretrained", "pretrained-llamacpp", "zoo"} <= set(agents.pool_names())
     assert "'zooo' (did you mean 'zoo'?)" in message
-    assert f"named pools are {', '.join(sorted(_NAMED_POOLS))};" in message
+    assert f"named pools are {', '.join(agents.pool_names())};" in message
     code, _, err = run_cli(capsys, "play", "--pool", "zooo", "--quiet")
     assert code == 2
     assert "(did you mean 'zoo'?): named pools are" in one_line_error(err)
@@ -204,7 +202,7 @@ def test_sampled_estimator_without_budget_fails_before_loading_anything():
     """Named by its flag (``--budget``), before the task, the pool or torch is loaded."""
     probe = (
         "import sys\n"
-        "from crl_envs.cli import main\n"
+        "from crl_envs.commands import main\n"
         "code = main(['value', '--estimator', 'permutation', '--pool', 'zoo'])\n"
         f"print('CODE', code, 'HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
@@ -238,3 +236,62 @@ def test_ci_level_outside_0_1_is_one_line(capsys, level, shown):
     assert info.value.code == 2
     line = one_line_error(capsys.readouterr().err, "value")
     assert "argument --ci-level: expected a fraction in (0, 1) such as 0.95" in line and shown in line
+
+
+def test_a_user_mistake_is_a_library_error_of_the_builtin_kind(capsys):
+    """The library's errors subclass the built-in they replace (``except ValueError`` keeps working) and the
+    command prints them as one line, named by the built-in kind."""
+    import agents
+    from agents.hub import HubUnavailableError
+    from agents.openai import OpenAIRequestError
+    from crl_envs.sandbox.boundary import SandboxUnavailable
+    from crl_envs.study.config import StudyConfigError
+    from crl_kit.errors import ConfigError, ConfigTypeError, CrlEnvsError, ModelError
+
+    with pytest.raises(ConfigError) as info:
+        agents.pool("zooo")
+    assert isinstance(info.value, ValueError) and isinstance(info.value, CrlEnvsError)
+    assert issubclass(ConfigTypeError, TypeError) and issubclass(ConfigTypeError, ValueError)
+    assert issubclass(OpenAIRequestError, ModelError) and issubclass(OpenAIRequestError, RuntimeError)
+    assert issubclass(StudyConfigError, ConfigError) and issubclass(HubUnavailableError, ConnectionError)
+    assert issubclass(SandboxUnavailable, CrlEnvsError) and issubclass(SandboxUnavailable, RuntimeError)
+    code, _, err = run_cli(capsys, "play", "--pool", "scripted", "--option", 'max_action_chars="100"', "--quiet")
+    assert code == 2 and "error: TypeError: max_action_chars must be an int" in one_line_error(err)
+
+
+@pytest.mark.parametrize("bug", [KeyError("model_9"), TypeError("unsupported operand"), RuntimeError("boom")])
+def test_a_bug_shows_its_traceback(capsys, monkeypatch, bug):
+    """An exception that is not the library's (a bug) is not printed as a user's mistake: it propagates, with
+    its traceback, and nothing is printed as an ``error:`` line."""
+    import crl_envs.protocols as protocols
+
+    def broken(*args, **kwargs):
+        raise bug
+
+    monkeypatch.setattr(protocols, "check_options", broken)
+    with pytest.raises(type(bug)) as info:
+        main(["play", "--pool", "scripted", "--quiet"])
+    assert info.value is bug
+    assert "error:" not in capsys.readouterr().err
+
+
+def test_a_model_that_fails_surfaces_as_a_model_error_and_a_broken_one_as_its_bug():
+    """The runner's "agent X failed" wrapper: a failure the model surfaced is a ``ModelError`` (one line in the
+    command); an unexpected exception inside ``generate`` stays a plain ``RuntimeError`` chained to the bug."""
+    import agents
+    from crl_envs import protocols, run_episodes, tasks
+    from crl_kit.errors import ModelError, RunError
+
+    def refuse(example, messages):
+        raise ModelError("server said no; check the base URL")
+
+    def crash(example, messages):
+        return {}["missing"]
+
+    task = tasks.load("arith", n=1, seed=0)
+    for respond, kind, cause in ((refuse, ModelError, ModelError), (crash, RuntimeError, KeyError)):
+        pool = agents.pool([agents.ScriptedAgent("a", respond), agents.ScriptedAgent.expert("b", 1.0)])
+        with pytest.raises(RuntimeError, match=r"agent model_0 \(a\) failed on a batch") as info:
+            run_episodes(protocols.get("vote"), pool, task, seed=0)
+        assert isinstance(info.value, kind) and isinstance(info.value.__cause__, cause)
+        assert isinstance(info.value, RunError) == (kind is ModelError)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("crl_envs", "agents", "trainers")
+PACKAGES = ("crl_envs", "agents", "trainers", "crl_kit")
 #: Files that are not modules of the library: the programs sent into the sandbox as text.
 NOT_MODULES = ("crl_envs/sandbox/inside/",)
 #: Modules whose examples need an optional extra: ``module -> the import it needs``.

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from crl_envs import study
-from crl_envs.cli import main
+from crl_envs.commands import main
 from crl_envs.study import StudyConfigError, load_config, runner
 
 REPO = Path(__file__).resolve().parents[1]

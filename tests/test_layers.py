@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: layers of lower rank; layers of equal rank are independent (neither imports the other). The longest
 #: pattern that matches a module places it (``fnmatch``: ``agents.*`` is every module under ``agents``).
 LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
+    # the library's error types and shared checks (check_int, did_you_mean): every layer may import them
+    "errors": (-1, ("crl_kit", "crl_kit.*")),
     "options": (0, ("crl_envs.options",)),
     "stats": (0, ("crl_envs.stats",)),  # numpy/scipy only: the verdicts' statistics
     "tracking": (0, ("crl_envs.tracking",)),  # experiment trackers (TensorBoard, MLflow, trackio, W&B)
@@ -40,7 +42,7 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     "valuation": (4, ("crl_envs.valuation", "crl_envs.valuation.*")),
     "trainers": (4, ("trainers", "trainers.*")),
     "study": (5, ("crl_envs.study", "crl_envs.study.*")),
-    "interface": (6, ("crl_envs", "crl_envs.cli", "crl_envs.valuation.cli", "crl_envs.study.cli")),
+    "interface": (6, ("crl_envs", "crl_envs.commands", "crl_envs.commands.*")),
     "tools": (7, ("tools", "tools.*")),  # the zoo's builders: a checkout's tools, not in the installed package
 }
 
@@ -296,5 +298,6 @@ def test_an_upward_import_is_named_with_both_layers():
         "trainers.base -> crl_envs.valuation.game (trainers/base.py:3, module level): layer 'trainers' (rank 4) "
         "may not import 'valuation' (rank 4)",
     ]
-    assert layer_of("crl_envs.valuation.cli") == "interface" and layer_of("crl_envs.valuation.game") == "valuation"
+    assert layer_of("crl_envs.commands.value") == "interface" and layer_of("crl_envs.valuation.game") == "valuation"
+    assert layer_of("crl_envs.commands.study") == "interface" and layer_of("crl_envs.study.runner") == "study"
     assert layer_of("tools.zoo.build") == "tools" and layer_of("agents.zoo") == "backends"

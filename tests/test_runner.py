@@ -109,7 +109,7 @@ def test_agent_failure_names_agent_and_example(arith_task):
 
 
 def test_cli_play_prints_transcripts(capsys):
-    from crl_envs.cli import main
+    from crl_envs.commands import main
 
     assert main(["play", "--protocol", "vote", "--task", "arith", "--n", "2", "--pool", "scripted", "--quiet"]) == 0
     out = capsys.readouterr().out

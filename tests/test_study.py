@@ -47,7 +47,7 @@ BAD = [
     ({"pools": {"p": "zooo"}}, r"pools\.p: unknown named pool 'zooo' \(did you mean 'zoo'\?\)"),
     ({"pools": {"p": ["zo:zoo-small"]}}, r"pools\.p\[0\]: unknown agent backend 'zo' \(did you mean 'zoo'\?\)"),
     ({"pools": {"p": [{"expert": 1.5}]}}, r"pools\.p\[0\]\.expert: must be a number in \[0, 1\]"),
-    ({"tasks": {"arith": {"n": 0}}}, r"tasks\.arith\.n: must be an integer >= 1"),
+    ({"tasks": {"arith": {"n": 0}}}, r"tasks\.arith\.n: must be an int >= 1"),
     ({"tasks": {"arith": {"name": "arithm"}}}, r"tasks\.arith\.name: unknown task 'arithm' \(did you mean 'arith'\?\)"),
     ({"tasks": {"arith": {"options": {"digit": 2}}}}, r"tasks\.arith\.options\.digit: unknown key \(did you mean 'digits'\?\)"),
     ({"protocols": {"debate": {"options": {"round": 2}}}}, r"protocols\.debate\.options: .*did you mean 'rounds'"),
@@ -90,14 +90,14 @@ def test_bad_config_rejected_before_any_work(change, message, tmp_path):
 def test_cli_bad_config_is_one_line_exit_2(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[pools]\nzoo = "zooo"\n[tasks.arith]\n[protocols.vote]\n')
-    proc = subprocess.run([sys.executable, "-m", "crl_envs.cli", "study", str(path), "--dry-run"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "crl_envs.commands", "study", str(path), "--dry-run"], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
-    from agents.pool import _NAMED_POOLS
+    import agents
 
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "crl-envs study: error: study config: pools.zoo: unknown named pool 'zooo' (did you mean 'zoo'?); named pools: "
-        f"{', '.join(sorted(_NAMED_POOLS))}, or give a list of agent specs such as [\"zoo:zoo-small\", "
+        f"{', '.join(agents.pool_names())}, or give a list of agent specs such as [\"zoo:zoo-small\", "
         "\"hf:path/to/model\"]"]
 
 
@@ -359,7 +359,7 @@ def test_same_numbers_local_processes_and_ray(tmp_path):
 # ---------------------------------------------------------------------- presets
 @pytest.mark.parametrize("preset", ["paper-small", "paper"])
 def test_presets_validate_and_dry_run(preset, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "crl_envs.cli", "study", str(REPO / "studies" / f"{preset}.toml"),
+    proc = subprocess.run([sys.executable, "-m", "crl_envs.commands", "study", str(REPO / "studies" / f"{preset}.toml"),
                            "--dry-run", "--out", str(tmp_path / "out")], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -286,7 +286,7 @@ def test_a_tasks_max_new_tokens_reaches_valuation_and_training_cells(tmp_path):
                else c.spec["max_new_tokens"] for c in study.cells(cfg)}
     assert lengths == {("valuation", "arith"): 24, ("valuation", "other"): 40, ("baseline", "arith"): 24,
                        ("training", "arith"): 24, ("baseline", "other"): 40, ("training", "other"): 40}
-    with pytest.raises(StudyConfigError, match=r"tasks\.arith\.max_new_tokens: must be an integer >= 1"):
+    with pytest.raises(StudyConfigError, match=r"tasks\.arith\.max_new_tokens: must be an int >= 1"):
         load_config({**config, "tasks": {"arith": {"max_new_tokens": 0}}})
 
 

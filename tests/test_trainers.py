@@ -262,9 +262,9 @@ def test_compare_prints_points_and_accuracies():
     (dict(epsilon_high=0.0), ValueError, "epsilon_high must be > 0"),
     (dict(epsilon=1.5), ValueError, "epsilon must be > 0 and < 1"),
     (dict(learning_rate="1e-3"), TypeError, "learning_rate must be a number, got the str '1e-3'; write 1e-3 without quotes"),
-    (dict(steps="5"), TypeError, "steps must be an int, got the str '5'"),
+    (dict(steps="5"), TypeError, "CRLConfig.steps must be an int >= 1, got '5' (str) (write steps=5 without quotes)"),
     (dict(num_generations=4.0), TypeError, "num_generations must be an int"),
-    (dict(steps=True), TypeError, "steps must be an int, got the bool True"),
+    (dict(steps=True), TypeError, "steps must be an int >= 1, got True (bool)"),
     (dict(temperature=float("nan")), ValueError, "temperature must be > 0, got nan"),
     (dict(top_p=0.0), ValueError, "top_p must be > 0 and <= 1"),
     (dict(partner_temperature=-1), ValueError, "partner_temperature must be >= 0"),
@@ -285,7 +285,7 @@ def test_every_config_field_is_checked_with_one_line(kwargs, error, message):
 
 
 def test_config_checks_of_the_baselines():
-    with pytest.raises(TypeError, match="LOORewardConfig.counterfactual_samples must be an int, got the str '2'"):
+    with pytest.raises(TypeError, match=r"LOORewardConfig.counterfactual_samples must be an int >= 1, got '2' \(str\)"):
         LOORewardConfig(counterfactual_samples="2")
     with pytest.raises(ValueError, match="ShapleyCreditConfig.coalitions_per_question must be an int >= 1"):
         ShapleyCreditConfig(coalitions_per_question=0)

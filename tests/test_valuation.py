@@ -409,7 +409,7 @@ def test_bad_input_errors(mixed_pool):
 
 
 def test_cli_value(tmp_path, capsys):
-    from crl_envs.cli import main
+    from crl_envs.commands import main
 
     rc = main(["value", "--protocol", "debate", "--task", "arith", "--pool", "scripted", "--n", "12",
                "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--quiet"])

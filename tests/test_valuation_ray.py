@@ -208,7 +208,7 @@ def test_zoo_exact_and_loo_equal_local(cluster, tmp_path):
 
 
 def test_cli_value_ray(cluster, tmp_path, capsys):
-    from crl_envs.cli import main
+    from crl_envs.commands import main
 
     args = ["value", "--protocol", "debate", "--pool", "scripted", "--n", "8", "--quiet", "--out", str(tmp_path / "out")]
     assert main(args + ["--cache-dir", str(tmp_path / "local")]) == 0

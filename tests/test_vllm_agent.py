@@ -67,7 +67,7 @@ def test_play_stops_invented_speaker_turns_caps_answers_by_task_and_names_the_ba
     import importlib.util
 
     from agents import Request
-    from crl_envs.cli import PLAY_MAX_NEW_TOKENS, main, play_backend
+    from crl_envs.commands import PLAY_MAX_NEW_TOKENS, main, play_backend
     from crl_envs.protocols.base import speaker_stops
 
     answer = agents.ScriptedAgent("base", lambda example, messages: "I think 7.\nAgent 2: no, it is 9, and so on")
@@ -77,7 +77,7 @@ def test_play_stops_invented_speaker_turns_caps_answers_by_task_and_names_the_ba
     assert gen.text == "I think 7." and sampling.max_new_tokens == 64
     assert main(["play", "--pool", "scripted", "--backend", "vllm", "--n", "1"]) == 2
     assert "--backend vllm applies to --pool pretrained only" in capsys.readouterr().err
-    from crl_envs.cli import VLLM_PAYS_FROM
+    from crl_envs.commands import VLLM_PAYS_FROM
 
     many = "vllm" if importlib.util.find_spec("vllm") else "hf"  # vLLM's engine loads pay back on many questions
     assert play_backend("auto", 3) == "hf" and play_backend("auto", VLLM_PAYS_FROM) == many

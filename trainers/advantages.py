@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import torch
 
+from crl_kit.errors import ConfigError, ConfigTypeError
+
 AdvantageFn = Callable[..., torch.Tensor]
 ADVANTAGES: dict[str, AdvantageFn] = {}
 STD_EPS = 1e-4  # TRL's epsilon when dividing by the group std
@@ -31,17 +33,17 @@ def register_advantage(name: str, fn: AdvantageFn) -> None:
     ``**context`` and ignore what you do not use.
     """
     if not callable(fn):
-        raise TypeError(f"advantage estimator {name!r} must be callable(rewards, **context) -> Tensor")
+        raise ConfigTypeError(f"advantage estimator {name!r} must be callable(rewards, **context) -> Tensor")
     ADVANTAGES[name] = fn
 
 
 def compute_advantages(name: str, rewards: torch.Tensor, **context) -> torch.Tensor:
     """Apply the estimator registered as ``name``; checks the shape it returns."""
     if name not in ADVANTAGES:
-        raise ValueError(f"unknown advantage estimator {name!r}; registered: {sorted(ADVANTAGES)} "
+        raise ConfigError(f"unknown advantage estimator {name!r}; registered: {sorted(ADVANTAGES)} "
                          "(add one with trainers.register_advantage)")
     if rewards.dim() != 2:
-        raise ValueError(f"rewards must be [groups, G], got shape {tuple(rewards.shape)}")
+        raise ConfigError(f"rewards must be [groups, G], got shape {tuple(rewards.shape)}")
     out = ADVANTAGES[name](rewards, **context)
     if out.shape != rewards.shape:
         raise RuntimeError(f"advantage estimator {name!r} returned shape {tuple(out.shape)} for rewards {tuple(rewards.shape)}")
@@ -63,7 +65,7 @@ def rloo(rewards: torch.Tensor, **_) -> torch.Tensor:
     (= ``G/(G-1) * (r_g - mean(r))``)."""
     g = rewards.shape[1]
     if g < 2:
-        raise ValueError("rloo needs num_generations >= 2")
+        raise ConfigError("rloo needs num_generations >= 2")
     return (rewards * g - rewards.sum(dim=1, keepdim=True)) / (g - 1)
 
 
@@ -71,7 +73,7 @@ def loo_counterfactual(rewards: torch.Tensor, *, counterfactual: torch.Tensor | 
     """The explicit leave-one-out reward ``r_g - v(N \\ {i})`` with ``counterfactual = v(N \\ {i})``
     per group: the counterfactual is the baseline, no group statistics."""
     if counterfactual is None:
-        raise ValueError("loo_counterfactual needs counterfactual= (v of the coalition without the learner, per group); "
+        raise ConfigError("loo_counterfactual needs counterfactual= (v of the coalition without the learner, per group); "
                          "use LOORewardTrainer, or pick advantage='group_mean'")
     return rewards - counterfactual.reshape(-1, 1).to(rewards)
 
@@ -82,7 +84,7 @@ def shapley_credit(rewards: torch.Tensor, *, weights: torch.Tensor | None = None
     question's groups). The terms of coalitions without the learner are constant within a group and
     cancel, so they are never played."""
     if weights is None:
-        raise ValueError("shapley_credit needs weights= (one Shapley weight per group); use ShapleyCreditTrainer")
+        raise ConfigError("shapley_credit needs weights= (one Shapley weight per group); use ShapleyCreditTrainer")
     return weights.reshape(-1, 1).to(rewards) * group_mean(rewards)
 
 

@@ -33,6 +33,7 @@ from crl_envs.runner import Episode
 from crl_envs.stats import PairedCI, paired_bootstrap_ci  # noqa: F401  (the statistics live there)
 from crl_envs.tasks import Task
 from crl_envs.tracking import open_trackers
+from crl_kit.errors import ConfigError, ConfigTypeError, RunError
 from trainers.advantages import ADVANTAGES, compute_advantages
 from trainers.config import TrainerConfig
 from trainers.losses import LossInputs, get_loss
@@ -127,7 +128,7 @@ def compare(before: EvalResult, after: EvalResult, *, level: float = 0.95, seed:
     """The change from ``before`` to ``after`` (two :meth:`PolicyGradientTrainer.evaluate` results on the
     same questions), with paired bootstrap CIs over questions."""
     if before.example_ids != after.example_ids:
-        raise ValueError("compare() needs both evaluations on the same questions in the same order; "
+        raise ConfigError("compare() needs both evaluations on the same questions in the same order; "
                          "evaluate before and after training on the same eval_task")
     learners = {j: paired_bootstrap_ci(before.learners[j], after.learners[j], level=level, seed=seed)
                 for j in before.learners if j in after.learners}
@@ -210,19 +211,19 @@ def _learner_ids(learner: str | None, learners: Sequence[str] | None) -> list[st
     if learners is None:
         learner = "model_0" if learner is None else learner
         if not isinstance(learner, str):
-            raise TypeError(f"learner must be an agent id such as 'model_1', got {learner!r}; "
+            raise ConfigTypeError(f"learner must be an agent id such as 'model_1', got {learner!r}; "
                             "for several pass learners=['model_1', 'model_3']")
         return [learner]
     if learner is not None:
-        raise ValueError(f"pass learner= (one) or learners= (several), not both; got learner={learner!r} and "
+        raise ConfigError(f"pass learner= (one) or learners= (several), not both; got learner={learner!r} and "
                          f"learners={learners!r}")
     if isinstance(learners, str) or not isinstance(learners, Sequence) or not all(isinstance(j, str) for j in learners):
-        raise TypeError(f"learners must be a list of agent ids such as ['model_1', 'model_3'], got {learners!r}")
+        raise ConfigTypeError(f"learners must be a list of agent ids such as ['model_1', 'model_3'], got {learners!r}")
     if not learners:
-        raise ValueError("learners=[] trains nobody: list at least one agent id, e.g. learners=['model_1']")
+        raise ConfigError("learners=[] trains nobody: list at least one agent id, e.g. learners=['model_1']")
     for j in learners:
         if list(learners).count(j) > 1:
-            raise ValueError(f"learners lists {j!r} twice: each pool member is one policy, list it once")
+            raise ConfigError(f"learners lists {j!r} twice: each pool member is one policy, list it once")
     return list(learners)
 
 
@@ -238,7 +239,7 @@ def _check_learner_specs(pool: Any, ids: list[str], *, lora: bool, shared_base: 
     roster = [f"model_{i}" for i in range(len(members))]
     for j in ids:
         if j not in roster:
-            raise ValueError(f"learner {j!r} is not in the pool; pool agents are {roster}")
+            raise ConfigError(f"learner {j!r} is not in the pool; pool agents are {roster}")
         spec = members[roster.index(j)]
         if isinstance(spec, str) and spec.split(":", 1)[0] in _SERVED_BACKENDS:
             _raise_untrainable(j, f"the {spec.split(':', 1)[0]} backend ({spec!r})", lora=lora)
@@ -252,7 +253,7 @@ def _check_learner_specs(pool: Any, ids: list[str], *, lora: bool, shared_base: 
 
 
 def _raise_not_one_base(a: str, what_a: str, b: str, what_b: str, fix: str) -> None:
-    raise ValueError(f"config.lora_shared_base=True holds the learners as adapters of one base model, but {a} is "
+    raise ConfigError(f"config.lora_shared_base=True holds the learners as adapters of one base model, but {a} is "
                      f"{what_a} and {b} is {what_b}: {fix}, or set lora_shared_base=False (one model per learner)")
 
 
@@ -283,9 +284,9 @@ def _check_one_base(ids: list[str], sources: Mapping[str, Agent]) -> None:
 
 def _raise_untrainable(learner: str, what: str, *, lora: bool) -> None:
     if lora:
-        raise ValueError(f"config.lora is set but learner {learner!r} is {what}: LoRA trains a transformers model; "
+        raise ConfigError(f"config.lora is set but learner {learner!r} is {what}: LoRA trains a transformers model; "
                          f"make the learner 'hf:<path>' (rollout_policy='vllm' keeps rollouts on vLLM)")
-    raise TypeError(f"learner {learner!r} is {what}, which exposes no transformers model with token log-probs: "
+    raise ConfigTypeError(f"learner {learner!r} is {what}, which exposes no transformers model with token log-probs: "
                     "make the learner an agents.HFAgent (spec 'hf:<path>')")
 
 
@@ -294,7 +295,7 @@ def _check_trainable(learner: str, agent: Agent, *, lora: bool) -> None:
     from agents.scripted import ScriptedAgent
 
     if isinstance(agent, ScriptedAgent):
-        raise TypeError(f"learner {learner!r} is a scripted agent ({agent.name!r}), which has no weights to train: "
+        raise ConfigTypeError(f"learner {learner!r} is a scripted agent ({agent.name!r}), which has no weights to train: "
                         "make the learner an agents.HFAgent (spec 'hf:<path>')")
     for attr in ("model", "tokenizer", "encode_prompt"):
         if not hasattr(agent, attr):
@@ -308,10 +309,10 @@ def _per_learner(name: str, value: Any, ids: list[str], *, broadcast: tuple[Any,
     if isinstance(value, Mapping):
         unknown = set(value) - set(ids)
         if unknown:
-            raise ValueError(f"{name} names {sorted(unknown)}, which are not learners; learners are {ids}")
+            raise ConfigError(f"{name} names {sorted(unknown)}, which are not learners; learners are {ids}")
         return dict(value)
     if len(ids) > 1 and not (isinstance(value, str) and value in broadcast):
-        raise TypeError(f"{name}= with several learners must be a dict learner id -> agent, got {value!r}")
+        raise ConfigTypeError(f"{name}= with several learners must be a dict learner id -> agent, got {value!r}")
     return {j: value for j in ids}
 
 
@@ -389,10 +390,10 @@ class PolicyGradientTrainer(abc.ABC):
     ):
         self.config = config if config is not None else self.config_class()
         if not isinstance(self.config, TrainerConfig):
-            raise TypeError(f"config must be a {self.config_class.__name__}, got {type(self.config).__name__}")
+            raise ConfigTypeError(f"config must be a {self.config_class.__name__}, got {type(self.config).__name__}")
         ids = _learner_ids(learner, learners)
         if len(ids) > 1 and not self.multi_learner:
-            raise ValueError(f"{type(self).__name__} trains one learner, got learners={ids}: use CRLTrainer, "
+            raise ConfigError(f"{type(self).__name__} trains one learner, got learners={ids}: use CRLTrainer, "
                              "LOORewardTrainer or ShapleyCreditTrainer, or one trainer per learner")
         shared = self.config.lora_shared_base
         _check_learner_specs(pool, ids, lora=self.config.lora is not None, shared_base=shared)
@@ -406,7 +407,7 @@ class PolicyGradientTrainer(abc.ABC):
         policies = _per_learner("policy", policy, ids)
         for j in ids:
             if j not in self.pool.ids:
-                raise ValueError(f"learner {j!r} is not in the pool; pool agents are {self.pool.ids}")
+                raise ConfigError(f"learner {j!r} is not in the pool; pool agents are {self.pool.ids}")
             _check_trainable(j, policies.get(j, self.pool[j]), lora=self.config.lora is not None)
         if shared:
             _check_one_base(ids, {j: policies.get(j, self.pool[j]) for j in ids})
@@ -414,7 +415,7 @@ class PolicyGradientTrainer(abc.ABC):
         self.learners: list[str] = ids
         get_loss(self.config.loss_type)  # fail early on unknown names
         if self.config.advantage not in ADVANTAGES:
-            raise ValueError(f"unknown advantage estimator {self.config.advantage!r}; registered: {sorted(ADVANTAGES)}")
+            raise ConfigError(f"unknown advantage estimator {self.config.advantage!r}; registered: {sorted(ADVANTAGES)}")
         rollout_policies = _per_learner("rollout_policy", rollout_policy, ids, broadcast=("vllm",))
         torch.manual_seed(self.config.seed)
         self._states: dict[str, _LearnerState] = (self._make_shared_states(ids, policies.get(ids[0])) if shared else
@@ -439,7 +440,7 @@ class PolicyGradientTrainer(abc.ABC):
                 state.stale = state.rollout_policy is not state.policy  # serve the adapter from the first rollout
         served = [id(s.rollout_policy) for s in self._states.values()]
         if shared and len(set(served)) < len(served):
-            raise ValueError("rollout_policy gives several learners the same agent: with lora_shared_base each "
+            raise ConfigError("rollout_policy gives several learners the same agent: with lora_shared_base each "
                              "learner needs its own (VLLMAgents on one engine, each with its adapter)")
         #: weight syncs into the rollout policies so far (all learners), and the last one's seconds
         self.weight_syncs, self.sync_seconds = 0, 0.0
@@ -459,7 +460,7 @@ class PolicyGradientTrainer(abc.ABC):
     def _finish_state(self, learner: str, state: _LearnerState, params: list[torch.nn.Parameter]) -> None:
         """Give ``state`` its optimizer over ``params`` and its stop token."""
         if not params:
-            raise ValueError(f"learner {learner!r}'s model has no trainable parameters")
+            raise ConfigError(f"learner {learner!r}'s model has no trainable parameters")
         state.params = params
         state.optimizer = torch.optim.AdamW(params, lr=self.config.learning_rate, weight_decay=self.config.weight_decay)
         eos = state.policy.tokenizer.eos_token_id
@@ -498,7 +499,7 @@ class PolicyGradientTrainer(abc.ABC):
 
     def _only(self, what: str) -> _LearnerState:
         if len(self._states) != 1:
-            raise ValueError(f"{type(self).__name__} trains {len(self._states)} learners {self.learners}: "
+            raise ConfigError(f"{type(self).__name__} trains {len(self._states)} learners {self.learners}: "
                              f"trainer.{what} names one; use trainer.policies[<id>] (or the per-learner methods)")
         return next(iter(self._states.values()))
 
@@ -731,7 +732,7 @@ class PolicyGradientTrainer(abc.ABC):
         :func:`evaluate_policy`."""
         task = task_registry.load(task) if isinstance(task, str) else (task or self.eval_task)
         if task is None:
-            raise ValueError("evaluate() needs held-out questions: pass task= or give the trainer eval_task=")
+            raise ConfigError("evaluate() needs held-out questions: pass task= or give the trainer eval_task=")
         return evaluate_policy(self.protocol, self.pool, task, self.policies, max_new_tokens=self.config.max_new_tokens,
                                protocol_options=self.config.protocol_options, seed=self.config.seed)
 
@@ -744,13 +745,13 @@ class PolicyGradientTrainer(abc.ABC):
 
             source = getattr(policy.model, "name_or_path", None) or policy.model.config._name_or_path
             if not source or not Path(source).is_dir():
-                raise ValueError(f"rollout_policy='vllm' needs the learner loaded from a model directory, got "
+                raise ConfigError(f"rollout_policy='vllm' needs the learner loaded from a model directory, got "
                                  f"{source!r}; pass rollout_policy=VLLMAgent(<directory>, share_engine=False)")
             return VLLMAgent(source, name=policy.name, share_engine=False)
         if isinstance(rollout_policy, str):
-            raise ValueError(f"rollout_policy must be an agent with load_weights or 'vllm', got {rollout_policy!r}")
+            raise ConfigError(f"rollout_policy must be an agent with load_weights or 'vllm', got {rollout_policy!r}")
         if not callable(getattr(rollout_policy, "load_weights", None)):
-            raise TypeError(f"rollout_policy {rollout_policy!r} has no load_weights(): the learner's new weights could "
+            raise ConfigTypeError(f"rollout_policy {rollout_policy!r} has no load_weights(): the learner's new weights could "
                             "not reach it after each step; pass an agents.VLLMAgent")
         return rollout_policy
 
@@ -766,14 +767,14 @@ class PolicyGradientTrainer(abc.ABC):
 
             source = policy.model.get_base_model().config._name_or_path
             if not source or not Path(source).is_dir():
-                raise ValueError(f"rollout_policy='vllm' needs the learners' base loaded from a model directory, got "
+                raise ConfigError(f"rollout_policy='vllm' needs the learners' base loaded from a model directory, got "
                                  f"{source!r}; pass rollout_policy={{id: VLLMAgent(<directory>, enable_lora=True)}}")
             return VLLMAgent(source, name=policy.name, enable_lora=True, max_loras=k,
                              max_lora_rank=lora_rank_slot(self.config.lora.r))
         if isinstance(rollout_policy, str):
-            raise ValueError(f"rollout_policy must be an agent with set_lora or 'vllm', got {rollout_policy!r}")
+            raise ConfigError(f"rollout_policy must be an agent with set_lora or 'vllm', got {rollout_policy!r}")
         if not callable(getattr(rollout_policy, "set_lora", None)):
-            raise TypeError(f"rollout_policy {rollout_policy!r} has no set_lora(): with lora_shared_base each learner's "
+            raise ConfigTypeError(f"rollout_policy {rollout_policy!r} has no set_lora(): with lora_shared_base each learner's "
                             "adapter is served by path after each step; pass an agents.VLLMAgent with enable_lora=True")
         return rollout_policy
 
@@ -847,7 +848,7 @@ class PolicyGradientTrainer(abc.ABC):
         only, with LoRA), optimizer, step, rollouts, RNG state. Several learners: each learner's weights
         and optimizer in ``checkpoint-<step>/<id>/``."""
         if not self.config.output_dir:
-            raise ValueError("save_checkpoint needs config.output_dir")
+            raise ConfigError("save_checkpoint needs config.output_dir")
         root = Path(self.config.output_dir)
         final = root / f"checkpoint-{self.step:06d}"
         tmp = root / f".tmp-checkpoint-{self.step:06d}-{os.getpid()}"
@@ -907,7 +908,7 @@ class PolicyGradientTrainer(abc.ABC):
         state = json.loads((path / "state.json").read_text())
         differences = self.checkpoint_differences(state)
         if differences and strict:
-            raise ValueError(
+            raise ConfigError(
                 f"{path} was written with other settings ({'; '.join(differences)}); use a new output_dir, "
                 "or fit(resume=False) to start over there, or load_checkpoint(strict=False) to continue from it anyway"
             )
@@ -916,7 +917,7 @@ class PolicyGradientTrainer(abc.ABC):
             weights = torch.load(where / "trainable.pt", map_location=learner_state.device)
             missing = set(self.trainable_state(j)) - set(weights)
             if missing:
-                raise RuntimeError(f"checkpoint {path} lacks {len(missing)} trainable tensors of {j} (e.g. "
+                raise RunError(f"checkpoint {path} lacks {len(missing)} trainable tensors of {j} (e.g. "
                                    f"{sorted(missing)[0]}); was it written with the same model and LoRA settings?")
             learner_state.policy.model.load_state_dict(weights, strict=False)
             learner_state.optimizer.load_state_dict(torch.load(where / "optimizer.pt", map_location=learner_state.device))

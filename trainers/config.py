@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from crl_envs.tracking import check_trackers
+from crl_kit.errors import ConfigError, ConfigTypeError
+from crl_kit.validation import check_int
 
 #: Built-in advantage estimators that compare a rollout with its group (they need G >= 2).
 GROUP_ESTIMATORS = frozenset({"group_mean", "group_mean_std", "rloo", "shapley_credit"})
@@ -22,15 +24,7 @@ SCHEDULES = ("joint", "round_robin")
 
 def _type_error(owner: str, name: str, value: Any, kind: str) -> TypeError:
     hint = f"; write {value} without quotes" if isinstance(value, str) else ""
-    return TypeError(f"{owner}.{name} must be {kind}, got the {type(value).__name__} {value!r}{hint}")
-
-
-def _check_int(owner: str, name: str, value: Any, *, low: int) -> None:
-    """``value`` is an int (not a bool, not a str) >= ``low``, or a one-line error names the field."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise _type_error(owner, name, value, "an int")
-    if value < low:
-        raise ValueError(f"{owner}.{name} must be an int >= {low}, got {value!r}")
+    return ConfigTypeError(f"{owner}.{name} must be {kind}, got the {type(value).__name__} {value!r}{hint}")
 
 
 def _check_number(owner: str, name: str, value: Any, *, low: float | None = None, high: float | None = None,
@@ -45,7 +39,7 @@ def _check_number(owner: str, name: str, value: Any, *, low: float | None = None
     bad |= high is not None and (value >= high if high_open else value > high)
     if bad:
         rng = " and ".join(x for x in (left, right) if x)
-        raise ValueError(f"{owner}.{name} must be {rng}, got {value!r}" + (f" ({why})" if why else ""))
+        raise ConfigError(f"{owner}.{name} must be {rng}, got {value!r}" + (f" ({why})" if why else ""))
 
 
 @dataclass
@@ -59,12 +53,12 @@ class LoraSettings:
     target_modules: list[str] = field(default_factory=lambda: ["c_attn"])
 
     def __post_init__(self) -> None:
-        _check_int("LoraSettings", "r", self.r, low=1)
+        check_int("LoraSettings.r", self.r, minimum=1)
         _check_number("LoraSettings", "alpha", self.alpha, low=0, low_open=True)
         _check_number("LoraSettings", "dropout", self.dropout, low=0, high=1, high_open=True)
         if isinstance(self.target_modules, str) or not self.target_modules or not all(
                 isinstance(m, str) for m in self.target_modules):
-            raise TypeError(f"LoraSettings.target_modules must be a non-empty list of module names (str), "
+            raise ConfigTypeError(f"LoraSettings.target_modules must be a non-empty list of module names (str), "
                             f"got {self.target_modules!r}")
 
 
@@ -142,11 +136,11 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         name = type(self).__name__
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"{name}.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
+            raise ConfigError(f"{name}.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
         for field_name in ("steps", "questions_per_step", "num_generations", "max_new_tokens", "num_iterations",
                            "gradient_accumulation_steps", "save_steps"):
-            _check_int(name, field_name, getattr(self, field_name), low=1)
-        _check_int(name, "seed", self.seed, low=0)
+            check_int(f"{name}.{field_name}", getattr(self, field_name), minimum=1)
+        check_int(f"{name}.seed", self.seed, minimum=0)
         _check_number(name, "temperature", self.temperature, low=0, low_open=True,
                       why="greedy rollouts have no exploration and no valid log-probs to correct")
         _check_number(name, "top_p", self.top_p, low=0, high=1, low_open=True)
@@ -162,33 +156,33 @@ class TrainerConfig:
         _check_number(name, "beta", self.beta, low=0)
         for field_name in ("advantage", "loss_type"):
             if not isinstance(getattr(self, field_name), str):
-                raise TypeError(f"{name}.{field_name} must be a registered name (a str), got {getattr(self, field_name)!r}")
+                raise ConfigTypeError(f"{name}.{field_name} must be a registered name (a str), got {getattr(self, field_name)!r}")
         if self.num_generations < 2 and self.advantage in GROUP_ESTIMATORS:
-            raise ValueError(
+            raise ConfigError(
                 f"{name}.num_generations={self.num_generations} with advantage={self.advantage!r}: a group baseline "
                 "needs at least 2 rollouts per question (with 1 every advantage is 0, or NaN with the std); "
                 "set num_generations >= 2 (TRL requires it too)"
             )
         if not isinstance(self.protocol_options, dict):
-            raise TypeError(f"{name}.protocol_options must be a dict of the protocol's keyword arguments, "
+            raise ConfigTypeError(f"{name}.protocol_options must be a dict of the protocol's keyword arguments, "
                             f"got {type(self.protocol_options).__name__}")
         if self.output_dir is not None and not isinstance(self.output_dir, (str, os.PathLike)):
-            raise TypeError(f"{name}.output_dir must be a path (str) or None, got {self.output_dir!r}")
+            raise ConfigTypeError(f"{name}.output_dir must be a path (str) or None, got {self.output_dir!r}")
         for field_name in ("tensorboard", "progress", "lora_shared_base"):
             if not isinstance(getattr(self, field_name), bool):
-                raise TypeError(f"{name}.{field_name} must be True or False, got {getattr(self, field_name)!r}")
+                raise ConfigTypeError(f"{name}.{field_name} must be True or False, got {getattr(self, field_name)!r}")
         self.trackers = check_trackers(self.trackers, f"{name}.trackers")
         if self.tracking_dir is not None and not isinstance(self.tracking_dir, (str, os.PathLike)):
-            raise TypeError(f"{name}.tracking_dir must be a path (str) or None, got {self.tracking_dir!r}")
+            raise ConfigTypeError(f"{name}.tracking_dir must be a path (str) or None, got {self.tracking_dir!r}")
         if self.trackers and self.output_dir is None:
-            raise ValueError(f"{name}.trackers={list(self.trackers)!r} needs output_dir= (they write next to it)")
+            raise ConfigError(f"{name}.trackers={list(self.trackers)!r} needs output_dir= (they write next to it)")
         if isinstance(self.lora, dict):
             self.lora = LoraSettings(**self.lora)
         if self.lora is not None and not isinstance(self.lora, LoraSettings):
-            raise TypeError(f"{name}.lora must be a LoraSettings (or a dict of its fields) or None, got {self.lora!r}")
+            raise ConfigTypeError(f"{name}.lora must be a LoraSettings (or a dict of its fields) or None, got {self.lora!r}")
         if self.lora_shared_base and self.lora is None:
-            raise ValueError(f"{name}.lora_shared_base=True holds each learner as a LoRA adapter on one base: "
-                             "also set lora=LoraSettings(...)")
+            raise ConfigError(f"{name}.lora_shared_base=True holds each learner as a LoRA adapter on one base: "
+                              "also set lora=LoraSettings(...)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -218,7 +212,7 @@ class LOORewardConfig(TrainerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_int(type(self).__name__, "counterfactual_samples", self.counterfactual_samples, low=1)
+        check_int(f"{type(self).__name__}.counterfactual_samples", self.counterfactual_samples, minimum=1)
 
 
 @dataclass
@@ -233,4 +227,4 @@ class ShapleyCreditConfig(TrainerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.coalitions_per_question is not None:
-            _check_int(type(self).__name__, "coalitions_per_question", self.coalitions_per_question, low=1)
+            check_int(f"{type(self).__name__}.coalitions_per_question", self.coalitions_per_question, minimum=1)

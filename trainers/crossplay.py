@@ -29,6 +29,7 @@ import numpy as np
 from agents import Agent, Pool, SamplingParams
 from crl_envs.runner import run_episodes
 from crl_envs.tasks import Task
+from crl_kit.errors import ConfigError
 from trainers.base import PairedCI, paired_bootstrap_ci
 
 
@@ -102,17 +103,17 @@ def crossplay_settings(pool_ids: Sequence[str], learners: Sequence[str], *, trai
     for name, members in (("policies", learners), ("trained_with", trained_with)):
         unknown = [a for a in members if a not in pool_ids]
         if unknown:
-            raise ValueError(f"{name} names {unknown}, which are not in the pool; pool agents are {pool_ids}")
+            raise ConfigError(f"{name} names {unknown}, which are not in the pool; pool agents are {pool_ids}")
     outside = [j for j in learners if j not in trained_with]
     if outside:
-        raise ValueError(f"learners {outside} are not in trained_with={trained_with}: name the coalition they trained in")
+        raise ConfigError(f"learners {outside} are not in trained_with={trained_with}: name the coalition they trained in")
     ordered = lambda members: [a for a in pool_ids if a in set(members)]  # noqa: E731
     if coalitions is None:
         coalitions = [list(c) for size in range(2, len(pool_ids) + 1) for c in itertools.combinations(pool_ids, size)
                       if set(c) & set(learners) and set(c) != set(trained_with)]
     for c in coalitions:
         if isinstance(c, str) or len(c) == 0 or any(a not in pool_ids for a in c):
-            raise ValueError(f"coalition {c!r} must be a non-empty list of pool agents {pool_ids}")
+            raise ConfigError(f"coalition {c!r} must be a non-empty list of pool agents {pool_ids}")
     coalitions = [ordered(c) for c in coalitions]
     everyone = set(learners)
     home = ordered(trained_with)
@@ -127,7 +128,7 @@ def crossplay_settings(pool_ids: Sequence[str], learners: Sequence[str], *, trai
             pairs.append((setting(home, {j}), setting(home, set())))
         pairs += [(setting(c, everyone), setting(c, everyone - {j})) for c in coalitions if j in c]
         if not pairs:
-            raise ValueError(f"learner {j!r} has no unseen setting (pool {pool_ids}, trained with {home}): pass "
+            raise ConfigError(f"learner {j!r} has no unseen setting (pool {pool_ids}, trained with {home}): pass "
                              "coalitions= or a pool with members it did not train with")
         out[j] = ((setting(home, everyone), setting(home, everyone - {j})), pairs)
     return out
@@ -205,7 +206,7 @@ def trainer_crossplay(trainer: Any, task: Task | None = None, *,
         ValueError: no held-out questions (neither ``task`` nor the trainer's ``eval_task``)."""
     task = task if task is not None else trainer.eval_task
     if task is None:
-        raise ValueError("trainer_crossplay() needs held-out questions: pass task= or give the trainer eval_task=")
+        raise ConfigError("trainer_crossplay() needs held-out questions: pass task= or give the trainer eval_task=")
     cfg = trainer.config
     return crossplay(trainer.protocol, trainer.pool, task, trainer.policies, coalitions=coalitions,
                      max_new_tokens=cfg.max_new_tokens, protocol_options=cfg.protocol_options, seed=cfg.seed)

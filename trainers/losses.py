@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from crl_kit.errors import ConfigError, ConfigTypeError
+
 
 @dataclass
 class LossInputs:
@@ -58,13 +60,13 @@ def register_loss(name: str, fn: LossFn) -> None:
     clip-fraction and KL metrics.
     """
     if not callable(fn):
-        raise TypeError(f"loss {name!r} must be callable(LossInputs) -> (Tensor, dict)")
+        raise ConfigTypeError(f"loss {name!r} must be callable(LossInputs) -> (Tensor, dict)")
     LOSSES[name] = fn
 
 
 def get_loss(name: str) -> LossFn:
     if name not in LOSSES:
-        raise ValueError(f"unknown loss_type {name!r}; registered: {sorted(LOSSES)} (add one with trainers.register_loss)")
+        raise ConfigError(f"unknown loss_type {name!r}; registered: {sorted(LOSSES)} (add one with trainers.register_loss)")
     return LOSSES[name]
 
 
@@ -83,7 +85,7 @@ def clipped_token_loss(inputs: LossInputs) -> tuple[torch.Tensor, dict[str, floa
         stats["clipped_tokens"] = float((was_clipped.to(mask) * mask).sum())
     if inputs.beta > 0:
         if inputs.ref_logprobs is None:
-            raise ValueError("beta > 0 needs ref_logprobs (the trainer loads a reference model when beta > 0)")
+            raise ConfigError("beta > 0 needs ref_logprobs (the trainer loads a reference model when beta > 0)")
         delta = (inputs.ref_logprobs - inputs.logprobs) * mask
         kl = torch.exp(delta) - delta - 1
         per_token = per_token + inputs.beta * kl

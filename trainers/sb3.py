@@ -38,6 +38,7 @@ from crl_envs import protocols
 from crl_envs import tasks as task_registry
 from crl_envs.runner import generate_grouped, phase_requests
 from crl_envs.tasks import Example, Task
+from crl_kit.errors import ConfigError
 
 Featurizer = Callable[[str], np.ndarray]
 
@@ -53,7 +54,7 @@ class HashedFeatures:
 
     def __init__(self, dim: int = 64, ngrams: Sequence[int] = (1, 2, 3)):
         if dim < 1:
-            raise ValueError(f"feature dim must be >= 1, got {dim}")
+            raise ConfigError(f"feature dim must be >= 1, got {dim}")
         self.dim, self.ngrams = dim, tuple(ngrams)
 
     def __call__(self, text: str) -> np.ndarray:
@@ -103,16 +104,16 @@ class SingleAgentEnv(gymnasium.Env):
         self.agent = agent
         self.coalition = list(coalition) if coalition is not None else None
         if examples not in ("random", "cycle"):
-            raise ValueError(f"examples must be 'random' or 'cycle', got {examples!r}")
+            raise ConfigError(f"examples must be 'random' or 'cycle', got {examples!r}")
         self.order = examples
         self.sampling = sampling or SamplingParams(temperature=0.0, max_new_tokens=64)
         self.featurizer = featurizer or HashedFeatures()
         self._env = self.factory(self.pool, self.task, **self.options)
         if agent not in self._env.possible_agents:
-            raise ValueError(f"no agent {agent!r} in {self._env.metadata['name']}; agents are {self._env.possible_agents}")
+            raise ConfigError(f"no agent {agent!r} in {self._env.metadata['name']}; agents are {self._env.possible_agents}")
         inner = self._env.action_space(agent)
         if not isinstance(inner, spaces.Discrete):
-            raise ValueError(
+            raise ConfigError(
                 f"{self._env.metadata['name']}'s {agent!r} has a {type(inner).__name__} action space; the SB3 wrapper "
                 "needs a Discrete one (e.g. routing_v0 with options={'router': 'discrete'})"
             )
@@ -167,7 +168,7 @@ class SingleAgentEnv(gymnasium.Env):
         ``max_new_tokens``) into the answer cache: batched precomputation for the sb3 path. Returns
         how many answers were added."""
         if self.sampling.temperature != 0:
-            raise ValueError("prefill needs greedy sampling (answers are only cached when temperature == 0)")
+            raise ConfigError("prefill needs greedy sampling (answers are only cached when temperature == 0)")
         added = 0
         for ep in episodes:
             for turn in ep.transcript:

@@ -65,6 +65,7 @@ from crl_envs import protocols
 from crl_envs import tasks as task_registry
 from crl_envs.runner import Episode
 from crl_envs.tasks import Task
+from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError
 from trainers.base import EvalResult, evaluate_policy
 from trainers.rollout import learner_sequences, rollout_episodes
 
@@ -77,11 +78,11 @@ def _import_trl():
     try:
         import trl
     except ImportError as e:
-        raise ImportError("trainers.trl needs TRL: pip install 'crl-envs[trl]'") from e
+        raise MissingDependencyError("trainers.trl needs TRL: pip install 'crl-envs[trl]'") from e
     from packaging.version import Version
 
     if Version(trl.__version__) < Version("0.28"):
-        raise ImportError(f"trainers.trl needs TRL >= 0.28 (rollout_func(prompts, trainer)); found {trl.__version__}: "
+        raise MissingDependencyError(f"trainers.trl needs TRL >= 0.28 (rollout_func(prompts, trainer)); found {trl.__version__}: "
                           "pip install 'crl-envs[trl]'")
     return trl
 
@@ -89,7 +90,7 @@ def _import_trl():
 # ---------------------------------------------------------------------- reward functions
 def _field(name: str, values: Any, rollout: str) -> list[float]:
     if values is None:
-        raise ValueError(f"this reward function reads {name!r}, which the rollout did not return; build the rollout "
+        raise ConfigError(f"this reward function reads {name!r}, which the rollout did not return; build the rollout "
                          f"with CRLRollout(..., reward={rollout!r})")
     return [float(v) for v in values]
 
@@ -127,15 +128,15 @@ def grpo_config(output_dir: str, *, num_generations: int = 8, questions_per_step
     for name, value in (("num_generations", num_generations), ("questions_per_step", questions_per_step),
                         ("turns_per_episode", turns_per_episode)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"grpo_config: {name} must be an int >= 1, got {value!r}")
+            raise ConfigError(f"grpo_config: {name} must be an int >= 1, got {value!r}")
     if num_generations < 2:
-        raise ValueError("grpo_config: num_generations (G) must be >= 2: a group baseline needs 2 episodes per question")
+        raise ConfigError("grpo_config: num_generations (G) must be >= 2: a group baseline needs 2 episodes per question")
     rows = questions_per_step * num_generations * turns_per_episode
     device = {k: overrides[k] for k in ("use_cpu", "bf16") if k in overrides}
     device = {"use_cpu": not torch.cuda.is_available(), "bf16": torch.cuda.is_available(), **device}
     processes = trl.GRPOConfig(output_dir=output_dir, report_to=[], **device).world_size  # as the trainer will see it
     if rows % processes:
-        raise ValueError(f"grpo_config: {questions_per_step} questions x G={num_generations} x {turns_per_episode} "
+        raise ConfigError(f"grpo_config: {questions_per_step} questions x G={num_generations} x {turns_per_episode} "
                          f"turns = {rows} rows do not split over {processes} processes; change questions_per_step")
     settings = dict(
         num_generations=num_generations * turns_per_episode, per_device_train_batch_size=rows // processes,
@@ -233,15 +234,15 @@ class CRLRollout:
         self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
         self.task = task_registry.load(task, split="train") if isinstance(task, str) else task
         if learner not in self.pool.ids:
-            raise ValueError(f"learner {learner!r} is not in the pool; pool agents are {self.pool.ids}")
+            raise ConfigError(f"learner {learner!r} is not in the pool; pool agents are {self.pool.ids}")
         if reward not in REWARDS:
-            raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+            raise ConfigError(f"reward must be one of {REWARDS}, got {reward!r}")
         if isinstance(turns_per_episode, bool) or not isinstance(turns_per_episode, int) or turns_per_episode < 1:
-            raise ValueError(f"turns_per_episode must be an int >= 1, got {turns_per_episode!r}")
+            raise ConfigError(f"turns_per_episode must be an int >= 1, got {turns_per_episode!r}")
         source = self.pool[learner]
         for attr in ("model", "tokenizer", "encode_prompt"):
             if not hasattr(source, attr):
-                raise TypeError(f"learner {learner!r} is a {type(source).__name__}, which exposes no {attr!r}: TRL trains a "
+                raise ConfigTypeError(f"learner {learner!r} is a {type(source).__name__}, which exposes no {attr!r}: TRL trains a "
                                 "transformers model; make the learner an agents.HFAgent (spec 'hf:<path>')")
         self.learner, self.reward, self.turns_per_episode, self.seed = learner, reward, turns_per_episode, seed
         self.protocol_options = dict(protocol_options or {})
@@ -252,7 +253,7 @@ class CRLRollout:
         for ex in self.task:
             known = self.question_of.setdefault(ex.question, ex.id)
             if known != ex.id and self.task.by_id(known).answer != ex.answer:
-                raise ValueError(f"examples {known!r} and {ex.id!r} ask the same question with different answers; "
+                raise ConfigError(f"examples {known!r} and {ex.id!r} ask the same question with different answers; "
                                  "the rollout identifies a question by its text: drop one of them")
         self.calls: list[dict[str, Any]] = []
         self.episodes: list[Episode] = []
@@ -295,18 +296,18 @@ class CRLRollout:
         args, accelerator = trainer.args, trainer.accelerator
         k = self.turns_per_episode
         if trainer.num_generations % k:
-            raise ValueError(f"GRPOConfig.num_generations={trainer.num_generations} is not G x turns_per_episode "
+            raise ConfigError(f"GRPOConfig.num_generations={trainer.num_generations} is not G x turns_per_episode "
                              f"(turns_per_episode={k}); use trainers.trl.grpo_config(num_generations=G, turns_per_episode={k})")
         rows_of: OrderedDict[str, list[int]] = OrderedDict()
         for row, prompt in enumerate(prompts):
             text = prompt if isinstance(prompt, str) else prompt[-1]["content"]
             if text not in self.question_of:
-                raise ValueError(f"prompt row {row} is not a question of the rollout's task; use CRLRollout.dataset() "
+                raise ConfigError(f"prompt row {row} is not a question of the rollout's task; use CRLRollout.dataset() "
                                  "as the trainer's train_dataset")
             rows_of.setdefault(self.question_of[text], []).append(row)
         for example, rows in rows_of.items():
             if len(rows) % k:
-                raise ValueError(f"this process got {len(rows)} rows of question {example!r}, not a multiple of "
+                raise ConfigError(f"this process got {len(rows)} rows of question {example!r}, not a multiple of "
                                  f"turns_per_episode={k}; make per_device_train_batch_size a multiple of num_generations")
         mode = "train" if trainer.model.training else "eval"
         step, rank = trainer.state.global_step, accelerator.process_index
@@ -361,7 +362,7 @@ class CRLRollout:
                 self.episodes.append(ep)
                 turns = learner_sequences([ep], self.learner, [0.0], eos_token_id=eos)
                 if len(turns) > k:
-                    raise ValueError(f"the learner spoke {len(turns)} times in an episode of {example!r}, more than "
+                    raise ConfigError(f"the learner spoke {len(turns)} times in an episode of {example!r}, more than "
                                      f"turns_per_episode={k}; raise turns_per_episode (and num_generations with it)")
                 reward = ep.score - counterfactual[example] if self.reward == "loo" else ep.score
                 for t in range(k):
@@ -390,7 +391,7 @@ class CRLRollout:
         if getattr(trainer, "use_vllm", False):
             generation = trainer.vllm_generation
             if generation.mode != "server":
-                raise ValueError("CRLRollout with use_vllm supports vllm_mode='server' (trl vllm-serve) only; "
+                raise ConfigError("CRLRollout with use_vllm supports vllm_mode='server' (trl vllm-serve) only; "
                                  "set vllm_mode='server', or use_vllm=False")
             if self._client is None:
                 client = getattr(generation, "vllm_client", None)

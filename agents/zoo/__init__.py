@@ -52,6 +52,7 @@ from pathlib import Path
 
 from agents.pool import register_backend, register_pool
 from agents.zoo.specs import NAMES3, POOL_SHAPES, POOLS3, SPECS, TASK_OPTIONS, TASKS3
+from crl_kit.errors import ConfigError
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 #: The multi-task models (v3) behind the ``zoo-<name>`` pools.
@@ -67,7 +68,7 @@ TASK = {"name": "arith", **TASK_OPTIONS}
 def model_dir(name: str) -> Path:
     """The directory of a shipped zoo model."""
     if name not in NAMES and name not in NAMES3:
-        raise ValueError(f"unknown zoo model {name!r}; the zoo has {list(NAMES) + list(NAMES3)}")
+        raise ConfigError(f"unknown zoo model {name!r}; the zoo has {list(NAMES) + list(NAMES3)}")
     path = (MODELS_DIR if name in NAMES else MODELS3_DIR) / name
     if not (path / "config.json").exists():
         rebuild = (f"python -m tools.zoo.build --out {MODELS_DIR}" if name in NAMES else
@@ -86,7 +87,7 @@ def load(names: Sequence[str] | None = None, *, batch_size: int = 256):
 
     chosen = list(NAMES) if names is None else list(names)
     if not chosen:
-        raise ValueError("load(names=[]) asks for an empty zoo; pass None for all models or some of "
+        raise ConfigError("load(names=[]) asks for an empty zoo; pass None for all models or some of "
                          f"{list(NAMES)}")
     dirs = [model_dir(n) for n in chosen]
     # transformers draws a "Loading weights" bar per model (and one more per tokenizer): ten bars for a
@@ -107,7 +108,7 @@ def load(names: Sequence[str] | None = None, *, batch_size: int = 256):
 def agents_list(pool: str = "zoo") -> list:
     """The agents of a zoo pool in pool order (``agents.pool(pool)`` plays them), each remembering its spec."""
     if pool not in POOLS:
-        raise ValueError(f"unknown zoo pool {pool!r}; the zoo's pools are {list(POOLS)} and 'zoo-pretrained'")
+        raise ConfigError(f"unknown zoo pool {pool!r}; the zoo's pools are {list(POOLS)} and 'zoo-pretrained'")
     return list(load(POOLS[pool]).values())
 
 

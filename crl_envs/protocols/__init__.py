@@ -14,6 +14,7 @@ from typing import Any
 
 from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, Turn, plurality
+from crl_kit.errors import ConfigError
 
 #: Short name -> factory, for every protocol of the roster (:data:`crl_envs.roster.VERSIONS`), in its order.
 PROTOCOLS: dict[str, Callable[..., ProtocolEnv]] = {
@@ -42,7 +43,7 @@ def family(protocol: str | Callable[..., ProtocolEnv]) -> str:
     cls = env_class(get(protocol))
     found = getattr(cls, "FAMILY", "") if cls is not None else ""
     if found not in FAMILIES:
-        raise ValueError(f"protocol {protocol!r} declares no method family (FAMILY = {found!r}); set FAMILY on its env "
+        raise ConfigError(f"protocol {protocol!r} declares no method family (FAMILY = {found!r}); set FAMILY on its env "
                          f"class to one of {', '.join(FAMILIES)}")
     return found
 
@@ -62,7 +63,7 @@ def get(name: str | Callable[..., ProtocolEnv]) -> Callable[..., ProtocolEnv]:
         roster.deprecated(*found)()  # raises DeprecatedEnv, naming the current version
     key = found[0] if found is not None and found[1] == roster.VERSIONS[found[0]] else name
     if key not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {name!r}; known protocols: {', '.join(sorted(PROTOCOLS))}")
+        raise ConfigError(f"unknown protocol {name!r}; known protocols: {', '.join(sorted(PROTOCOLS))}")
     return PROTOCOLS[key]
 
 

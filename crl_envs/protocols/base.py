@@ -27,9 +27,11 @@ from pettingzoo import ParallelEnv
 from agents import Agent, Message, Pool
 from agents import pool as make_pool
 from crl_envs import tasks as task_registry
-from crl_envs.options import check_int, keyword_options, unknown_option_message
+from crl_envs.options import keyword_options, unknown_option_message
 from crl_envs.spaces import TextSpace, prompt_space
 from crl_envs.tasks import Example, Task
+from crl_kit.errors import ConfigError, ConfigTypeError
+from crl_kit.validation import check_int
 
 MAX_ACTION_CHARS = 4096
 """Default limit on an action's length; longer text is truncated (never an error)."""
@@ -122,12 +124,12 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
         self.task = task if isinstance(task, Task) else task_registry.load(task)
         if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+            raise ConfigError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
         self.render_mode = render_mode
         self.max_action_chars = check_int("max_action_chars", max_action_chars, minimum=1)
         unknown = set(prompts or {}) - set(self.PROMPTS)
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.metadata['name']}: unknown prompt template(s) {sorted(unknown)}; templates are {sorted(self.PROMPTS)}"
             )
         self.prompts = {**self.PROMPTS, **(prompts or {})}
@@ -168,7 +170,7 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         valid = cls.option_names()
         unknown = [k for k in options if k not in valid]
         if unknown:
-            raise ValueError(unknown_option_message(cls.metadata["name"], unknown, valid, cls.NOT_OPTIONS))
+            raise ConfigError(unknown_option_message(cls.metadata["name"], unknown, valid, cls.NOT_OPTIONS))
 
     def coalition_context(self, members: Sequence[str]) -> Any:
         """What this env derives from the rest of the pool that changes how ``members`` play; ``None``
@@ -180,7 +182,7 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
     def add_role(self, agent_id: str, agent: Agent | str) -> str:
         """Register a fixed-role agent (not a pool member, never masked). Call from ``__init__``."""
         if agent_id in self.possible_agents:
-            raise ValueError(f"role agent id {agent_id!r} clashes with an existing agent")
+            raise ConfigError(f"role agent id {agent_id!r} clashes with an existing agent")
         self.role_agents[agent_id] = agent if isinstance(agent, Agent) else make_pool(agent)["model_0"]
         self.possible_agents.append(agent_id)
         return agent_id
@@ -224,7 +226,7 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         try:
             user = self.prompts[template].format(**fields)
         except KeyError as e:
-            raise ValueError(f"prompt template {template!r} uses unknown field {e}; available: {sorted(fields)}") from None
+            raise ConfigError(f"prompt template {template!r} uses unknown field {e}; available: {sorted(fields)}") from None
         out: list[Message] = []
         if self.task.instruction:
             out.append({"role": "system", "content": self.task.instruction})
@@ -338,14 +340,14 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         for m in coalition:
             if isinstance(m, (int, np.integer)) and not isinstance(m, bool):
                 if not 0 <= m < len(self.pool):
-                    raise ValueError(f"coalition index {m} out of range for a pool of {len(self.pool)}")
+                    raise ConfigError(f"coalition index {m} out of range for a pool of {len(self.pool)}")
                 chosen.add(self.pool.ids[m])
             elif isinstance(m, str) and m in self.pool:
                 chosen.add(m)
             else:
-                raise ValueError(f"coalition names unknown agent {m!r}; pool agents are {self.pool.ids}")
+                raise ConfigError(f"coalition names unknown agent {m!r}; pool agents are {self.pool.ids}")
         if not chosen:
-            raise ValueError(
+            raise ConfigError(
                 f"empty coalition: nothing to play. The value of the empty coalition is "
                 f"{type(self).__name__}.empty_value = {self.empty_value}"
             )
@@ -358,11 +360,11 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
             return example
         if isinstance(example, (int, np.integer)) and not isinstance(example, bool):
             if not 0 <= example < len(self.task):
-                raise ValueError(f"example index {example} out of range for a task of {len(self.task)}")
+                raise ConfigError(f"example index {example} out of range for a task of {len(self.task)}")
             return self.task[int(example)]
         if isinstance(example, str):
             return self.task.by_id(example)
-        raise TypeError(f"options['example'] must be an index, an example id or an Example, got {type(example).__name__}")
+        raise ConfigTypeError(f"options['example'] must be an index, an example id or an Example, got {type(example).__name__}")
 
     def _check_phase(self, phase: Phase) -> None:
         stray = set(phase.prompts) - set(self.agents)
@@ -376,11 +378,11 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
                 return str(int(action))
             if isinstance(action, np.ndarray) and action.shape in ((), (1,)):
                 return str(int(action.reshape(())))
-            raise TypeError(f"{agent}'s action must be an int (a choice index), got {type(action).__name__}")
+            raise ConfigTypeError(f"{agent}'s action must be an int (a choice index), got {type(action).__name__}")
         if action is None:
-            raise ValueError(f"{agent} is active in phase {self._phase.name!r} but no action was given for it")
+            raise ConfigError(f"{agent} is active in phase {self._phase.name!r} but no action was given for it")
         if not isinstance(action, str):
-            raise TypeError(f"{agent}'s action must be a str (the text it answers), got {type(action).__name__}")
+            raise ConfigTypeError(f"{agent}'s action must be a str (the text it answers), got {type(action).__name__}")
         return action[: self.max_action_chars]
 
     def _observe(self):

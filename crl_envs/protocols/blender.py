@@ -39,6 +39,7 @@ from itertools import combinations
 from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers
 from crl_envs.protocols.roles import RoleOption, parse_choice, resolve_role, role_player
+from crl_kit.errors import ConfigError
 
 
 class BlenderEnv(ProtocolEnv):
@@ -54,7 +55,7 @@ class BlenderEnv(ProtocolEnv):
     def __init__(self, pool, task, *, top_k: int = 2, ranker: RoleOption = None, fuser: RoleOption = None, **kwargs):
         super().__init__(pool, task, **kwargs)
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-            raise ValueError(f"blender top_k must be an int >= 1, got {top_k!r}")
+            raise ConfigError(f"blender top_k must be an int >= 1, got {top_k!r}")
         self.top_k = top_k
         self.ranker = resolve_role(self, "ranker", ranker)
         self.fuser = resolve_role(self, "fuser", fuser)

@@ -35,6 +35,7 @@ import re
 from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv
 from crl_envs.protocols.roles import resolve_order
+from crl_kit.errors import ConfigError
 
 _DEFER = re.compile(r"\bdefer\b", re.IGNORECASE)
 _CONFIDENCE = re.compile(r"confidence\s*(?:score)?\s*(?:is|:|=)?\s*(\d+(?:\.\d+)?)\s*(?:/\s*10)?", re.IGNORECASE)
@@ -67,7 +68,7 @@ class CascadeEnv(ProtocolEnv):
         super().__init__(pool, task, **kwargs)
         self.order = resolve_order(self, order)
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 10:
-            raise ValueError(f"cascade threshold must be a number in [0, 10], got {threshold!r}")
+            raise ConfigError(f"cascade threshold must be a number in [0, 10], got {threshold!r}")
         self.threshold = threshold
 
     def defers(self, text: str) -> bool:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers, plurality
+from crl_kit.errors import ConfigError
 
 
 class DebateEnv(ProtocolEnv):
@@ -48,7 +49,7 @@ class DebateEnv(ProtocolEnv):
     def __init__(self, pool, task, *, rounds: int = 2, **kwargs):
         super().__init__(pool, task, **kwargs)
         if not isinstance(rounds, int) or rounds < 1:
-            raise ValueError(f"debate rounds must be an int >= 1, got {rounds!r}")
+            raise ConfigError(f"debate rounds must be an int >= 1, got {rounds!r}")
         self.rounds = rounds
 
     def peers_of(self, agent: str) -> list[str]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers, plurality
 from crl_envs.protocols.roles import RoleOption, parse_choice, resolve_role, role_player
+from crl_kit.errors import ConfigError
 
 
 class JudgeEnv(ProtocolEnv):
@@ -55,7 +56,7 @@ class JudgeEnv(ProtocolEnv):
         super().__init__(pool, task, **kwargs)
         self.judge = resolve_role(self, "judge", judge)
         if fallback not in self.FALLBACKS:
-            raise ValueError(f"judge_v0: unknown fallback {fallback!r}; use one of {self.FALLBACKS}")
+            raise ConfigError(f"judge_v0: unknown fallback {fallback!r}; use one of {self.FALLBACKS}")
         self.fallback = fallback
 
     def _play(self):

@@ -34,6 +34,7 @@ from __future__ import annotations
 from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers
 from crl_envs.protocols.roles import RoleOption, resolve_role, role_player
+from crl_kit.errors import ConfigError
 
 
 class MoAEnv(ProtocolEnv):
@@ -49,7 +50,7 @@ class MoAEnv(ProtocolEnv):
     def __init__(self, pool, task, *, layers: int = 2, aggregator: RoleOption = None, **kwargs):
         super().__init__(pool, task, **kwargs)
         if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
-            raise ValueError(f"moa layers must be an int >= 1, got {layers!r}")
+            raise ConfigError(f"moa layers must be an int >= 1, got {layers!r}")
         self.layers = layers
         self.aggregator = resolve_role(self, "aggregator", aggregator)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv
 from crl_envs.protocols.roles import resolve_order
+from crl_kit.errors import ConfigError
 
 
 class RelayEnv(ProtocolEnv):
@@ -43,7 +44,7 @@ class RelayEnv(ProtocolEnv):
         super().__init__(pool, task, **kwargs)
         self.order = resolve_order(self, order)
         if not isinstance(passes, int) or isinstance(passes, bool) or passes < 1:
-            raise ValueError(f"relay passes must be an int >= 1, got {passes!r}")
+            raise ConfigError(f"relay passes must be an int >= 1, got {passes!r}")
         self.passes = passes
 
     def _play(self):

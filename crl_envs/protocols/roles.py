@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from agents import Agent
 from crl_envs.protocols.base import ProtocolEnv
+from crl_kit.errors import ConfigError, ConfigTypeError
 
 RoleOption = str | int | Agent | None
 _INTEGER = re.compile(r"-?\d+")
@@ -31,18 +32,18 @@ def resolve_role(env: ProtocolEnv, role: str, option: RoleOption) -> str | None:
         return env.add_role(f"{role}_0", option)
     if isinstance(option, int) and not isinstance(option, bool):
         if not 0 <= option < len(env.pool):
-            raise ValueError(f"{role}={option} is out of range for a pool of {len(env.pool)}; pass 0..{len(env.pool) - 1}")
+            raise ConfigError(f"{role}={option} is out of range for a pool of {len(env.pool)}; pass 0..{len(env.pool) - 1}")
         return env.pool.ids[option]
     if isinstance(option, str):
         if option in env.pool:
             return option
         if ":" in option:
             return env.add_role(f"{role}_0", option)
-        raise ValueError(
+        raise ConfigError(
             f"{role}={option!r} is neither a pool member ({', '.join(env.pool.ids)}) nor an agent spec "
             f"('<backend>:<target>'); pass one of those, an agents.Agent, or None (first present member)"
         )
-    raise TypeError(f"{role} must be None, a pool agent id or index, an agents.Agent or a spec string, got {type(option).__name__}")
+    raise ConfigTypeError(f"{role} must be None, a pool agent id or index, an agents.Agent or a spec string, got {type(option).__name__}")
 
 
 def role_player(env: ProtocolEnv, chosen: str | None) -> str:
@@ -58,7 +59,7 @@ def resolve_order(env: ProtocolEnv, order: Sequence[str | int] | None, name: str
     if order is None:
         return list(env.pool.ids)
     if isinstance(order, (str, int)):
-        raise TypeError(f"{name} must be a sequence of agent ids or indices, got {order!r}")
+        raise ConfigTypeError(f"{name} must be a sequence of agent ids or indices, got {order!r}")
     ids = []
     for m in order:
         if isinstance(m, int) and not isinstance(m, bool) and 0 <= m < len(env.pool):
@@ -66,9 +67,9 @@ def resolve_order(env: ProtocolEnv, order: Sequence[str | int] | None, name: str
         elif isinstance(m, str) and m in env.pool:
             ids.append(m)
         else:
-            raise ValueError(f"{name} names unknown agent {m!r}; pool agents are {env.pool.ids}")
+            raise ConfigError(f"{name} names unknown agent {m!r}; pool agents are {env.pool.ids}")
     if sorted(ids) != sorted(env.pool.ids):
-        raise ValueError(f"{name} must list every pool agent exactly once ({env.pool.ids}), got {list(order)}")
+        raise ConfigError(f"{name} must list every pool agent exactly once ({env.pool.ids}), got {list(order)}")
     return ids
 
 

@@ -52,6 +52,7 @@ from agents import Agent, Generation, Request
 from crl_envs import roster
 from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, format_answers
 from crl_envs.protocols.roles import parse_choice
+from crl_kit.errors import ConfigError, ModelError
 
 ROUTER = "router_0"
 _INTEGER = re.compile(r"-?\d+")
@@ -63,7 +64,7 @@ class _NoRouter(Agent):
     name = "no-router"
 
     def _generate(self, requests: list[Request]) -> list[Generation]:
-        raise RuntimeError(
+        raise ModelError(
             "routing_v0(router='discrete') has no router model: pass router_agent=<an Agent whose text is a pool "
             "index>, or step the env yourself with integer actions (e.g. from a stable-baselines3 policy)"
         )
@@ -90,7 +91,7 @@ class RoutingEnv(ProtocolEnv):
     ):
         super().__init__(pool, task, **kwargs)
         if router not in ("llm", "discrete"):
-            raise ValueError(f"routing router must be 'llm' or 'discrete', got {router!r}")
+            raise ConfigError(f"routing router must be 'llm' or 'discrete', got {router!r}")
         self.router = router
         if router_agent is None:
             router_agent = self.pool[self.pool.ids[0]] if router == "llm" else _NoRouter()
@@ -104,11 +105,11 @@ class RoutingEnv(ProtocolEnv):
             missing = set(self.pool.ids) - set(descriptions)
             extra = set(descriptions) - set(self.pool.ids)
             if missing or extra:
-                raise ValueError(f"descriptions must have one entry per pool agent {self.pool.ids}; "
+                raise ConfigError(f"descriptions must have one entry per pool agent {self.pool.ids}; "
                                  f"missing {sorted(missing)}, unknown {sorted(extra)}")
             return {a: str(descriptions[a]) for a in self.pool.ids}
         if isinstance(descriptions, str) or len(descriptions) != len(self.pool):
-            raise ValueError(f"descriptions must be a mapping or a sequence of {len(self.pool)} strings (pool order)")
+            raise ConfigError(f"descriptions must be a mapping or a sequence of {len(self.pool)} strings (pool order)")
         return {a: str(d) for a, d in zip(self.pool.ids, descriptions)}
 
     # ------------------------------------------------------------------ spaces and observations

@@ -41,6 +41,7 @@ import numpy as np
 
 from crl_envs import roster
 from crl_envs.protocols.debate import DebateEnv
+from crl_kit.errors import ConfigError
 
 GRAPHS = ("chain", "star", "tree", "ring", "complete")
 
@@ -55,7 +56,7 @@ def adjacency(graph: str | Sequence[Sequence[int]] | np.ndarray, n: int) -> np.n
     a = np.zeros((n, n), dtype=bool)
     if isinstance(graph, str):
         if graph not in GRAPHS:
-            raise ValueError(f"unknown topology graph {graph!r}; names are {GRAPHS}, or pass an n x n adjacency matrix")
+            raise ConfigError(f"unknown topology graph {graph!r}; names are {GRAPHS}, or pass an n x n adjacency matrix")
         if graph in ("chain", "ring"):
             pairs = [(i, i + 1) for i in range(n - 1)] + ([(n - 1, 0)] if graph == "ring" and n > 2 else [])
         elif graph == "star":
@@ -69,7 +70,7 @@ def adjacency(graph: str | Sequence[Sequence[int]] | np.ndarray, n: int) -> np.n
         return a
     m = np.asarray(graph)
     if m.shape != (n, n) or not np.isin(m, (0, 1)).all():
-        raise ValueError(f"topology adjacency must be an {n} x {n} matrix of 0/1 (one row and column per pool "
+        raise ConfigError(f"topology adjacency must be an {n} x {n} matrix of 0/1 (one row and column per pool "
                          f"model), got shape {m.shape}")
     a[:] = m.astype(bool)
     np.fill_diagonal(a, False)
@@ -92,7 +93,7 @@ class TopologyEnv(DebateEnv):
     def __init__(self, pool, task, *, graph: str | Sequence[Sequence[int]] | np.ndarray = "chain", rounds: int = 2,
                  **kwargs):
         if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
-            raise ValueError(f"topology rounds must be an int >= 1, got {rounds!r}")
+            raise ConfigError(f"topology rounds must be an int >= 1, got {rounds!r}")
         super().__init__(pool, task, rounds=rounds, **kwargs)
         self.graph = graph if isinstance(graph, str) else np.asarray(graph).tolist()
         self.adjacency = adjacency(graph, len(self.pool))

@@ -24,6 +24,7 @@ from crl_envs.sandbox.cgroup import cgroup_support
 from crl_envs.sandbox.procs import reap_orphans
 from crl_envs.sandbox.seccomp import REFUSED as SECCOMP_REFUSED
 from crl_envs.sandbox.seccomp import seccomp_fd, seccomp_program
+from crl_kit.errors import RunError
 
 NOBODY = 65534
 GUARD_ONLY_ENV = "CRL_SANDBOX_GUARD_ONLY"
@@ -31,7 +32,7 @@ INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap)"
 PROBE_TMPFS_BYTES = 1 << 20
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(RunError):
     """No kernel boundary on this machine (no ``bwrap``, or user namespaces are disabled)."""
 
 

@@ -29,6 +29,7 @@ from crl_envs.sandbox.cgroup import Cgroup, cgroup_support
 from crl_envs.sandbox.inside import MODULES
 from crl_envs.sandbox.procs import is_zombie, namespace_processes, reap_orphans, session_processes
 from crl_envs.sandbox.seccomp import seccomp_fd
+from crl_kit.errors import ConfigError
 
 TAIL_BYTES = 4096
 # Started as the launcher: waits until the parent has put it into its cgroup, then becomes bwrap.
@@ -55,7 +56,7 @@ def bootstrap(entry: str) -> str:
     """The ``python -c`` text that runs ``inside/<entry>.py``'s ``main(sys.argv)`` inside the sandbox
     (the ``inside`` modules travel as text; nothing of the host package is imported there)."""
     if entry not in ("program", "checker"):
-        raise ValueError(f"no in-sandbox entry point {entry!r}; use 'program' or 'checker'")
+        raise ConfigError(f"no in-sandbox entry point {entry!r}; use 'program' or 'checker'")
     folder = resources.files("crl_envs.sandbox.inside")
     sources = [(name, folder.joinpath(f"{name}.py").read_text("utf-8")) for name in MODULES]
     return f"_SOURCES = {sources!r}\n" + _LOADER % entry
@@ -80,7 +81,7 @@ class SandboxLimits:
     def __post_init__(self):
         if (self.timeout <= 0 or self.memory_mb <= 0 or self.file_size_mb < 0 or self.tmpfs_mb < 1
                 or self.max_processes < 1 or self.max_output_bytes < 1):
-            raise ValueError("sandbox limits must be positive (timeout, memory_mb, tmpfs_mb, max_processes, "
+            raise ConfigError("sandbox limits must be positive (timeout, memory_mb, tmpfs_mb, max_processes, "
                              "max_output_bytes)")
 
     @property

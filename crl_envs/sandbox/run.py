@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from crl_envs.sandbox.boundary import require_boundary
 from crl_envs.sandbox.cgroup import cgroup_support
 from crl_envs.sandbox.launch import TAIL_BYTES, Launch, SandboxLimits, read_outputs, source_fd, status
+from crl_kit.errors import ConfigError, ConfigTypeError
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class SandboxResult:
 
 def _check_code(what: str, code: object) -> None:
     if not isinstance(code, str):
-        raise TypeError(f"{what} as a str, got {type(code).__name__}")
+        raise ConfigTypeError(f"{what} as a str, got {type(code).__name__}")
 
 
 def _utf8(what: str, text: str) -> bytes | SandboxResult:
@@ -225,7 +226,7 @@ def run_tests(
         names = list(unbound_names(tests) if names is None else names)
         imports = _stdlib_imports(tests, names)
     except SyntaxError as e:
-        raise ValueError(f"run_tests: the test code does not parse (line {e.lineno}: {e.msg}); "
+        raise ConfigError(f"run_tests: the test code does not parse (line {e.lineno}: {e.msg}); "
                          "fix the tests, not the program") from None
     program_fd, tests_fd = source_fd(program_data), source_fd(tests_data)
     req_r, req_w = os.pipe()  # checker -> program
@@ -299,12 +300,12 @@ def run_many(
     """
     programs = list(programs)
     if tests is not None and len(tests) != len(programs):
-        raise ValueError(f"run_many needs one tests string per program, got {len(tests)} for {len(programs)}")
+        raise ConfigError(f"run_many needs one tests string per program, got {len(tests)} for {len(programs)}")
     if names is not None and (tests is None or len(names) != len(programs)):
-        raise ValueError("run_many: names= needs tests= and one entry (a list of names, or None) per program")
+        raise ConfigError("run_many: names= needs tests= and one entry (a list of names, or None) per program")
     workers = workers or os.cpu_count() or 1
     if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+        raise ConfigError(f"workers must be >= 1, got {workers}")
     if not programs:
         return []
     if tests is None:

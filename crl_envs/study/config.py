@@ -62,7 +62,6 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -73,6 +72,8 @@ from pathlib import Path
 from typing import Any
 
 from crl_envs.tracking import check_trackers
+from crl_kit.errors import ConfigError
+from crl_kit.validation import did_you_mean, int_problem
 
 SECTIONS = ("study", "pools", "tasks", "protocols", "valuation", "training", "sampling", "executor")
 ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
@@ -86,7 +87,7 @@ MAX_CELLS = 10_000
 MAX_COALITION_RUNS = 1_000_000
 
 
-class StudyConfigError(ValueError):
+class StudyConfigError(ConfigError):
     """A config mistake: one line naming the key and the fix."""
 
 
@@ -109,8 +110,7 @@ def _check_label(key: str, label: Any, what: str) -> str:
 def _unknown_keys(key: str, given: Mapping[str, Any], valid: Sequence[str]) -> None:
     for k in given:
         if k not in valid:
-            close = difflib.get_close_matches(str(k), valid, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(str(k), valid)
             where = f"{key}.{k}" if key else str(k)
             raise _error(where, f"unknown key{hint}; valid keys: {', '.join(valid)}")
 
@@ -124,10 +124,10 @@ def _table(key: str, value: Any) -> dict[str, Any]:
 
 
 def _int(key: str, value: Any, minimum: int | None = None, example: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-        bound = "an integer" if minimum is None else f"an integer >= {minimum}"
-        raise _error(key, f"must be {bound}{f' (e.g. {example})' if example else ''}, got {value!r}")
-    return value
+    problem = int_problem(value, minimum=minimum, why=f"e.g. {example}" if example else "", name=key)
+    if problem is not None:
+        raise _error(key, problem)
+    return int(value)
 
 
 def _number(key: str, value: Any, low: float | None = None, high: float | None = None, example: str = "") -> float:
@@ -146,8 +146,7 @@ def _labels(key: str, value: Any, known: Mapping[str, Any], what: str) -> list[s
         raise _error(key, f"must be a non-empty list of {what} labels, e.g. [{', '.join(repr(k) for k in list(known)[:2])}]")
     for v in value:
         if v not in known:
-            close = difflib.get_close_matches(str(v), list(known), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(str(v), list(known))
             raise _error(key, f"unknown {what} {v!r}{hint}; defined {what}s: {', '.join(known) or 'none'}")
     if len(set(value)) != len(value):
         raise _error(key, f"lists a {what} twice: {list(value)}")
@@ -364,36 +363,34 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
 def _pool(label: str, spec: Any) -> PoolConfig:
     key = f"pools.{label}"
     _check_label(key, label, "pool")
-    import importlib
-
-    pool_module = importlib.import_module("agents.pool")
+    import agents
 
     if isinstance(spec, str):
         if ":" in spec:
-            return PoolConfig(label, None, (_member(f"{key}", spec, pool_module),))
-        known = sorted({*pool_module._NAMED_POOLS, "zoo"})
+            return PoolConfig(label, None, (_member(f"{key}", spec),))
+        known = sorted({*agents.pool_names(), "zoo"})
         if spec not in known:
-            close = difflib.get_close_matches(spec, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(spec, known)
             raise _error(key, f"unknown named pool {spec!r}{hint}; named pools: {', '.join(known)}, or give a list "
                               f"of agent specs such as [\"zoo:zoo-small\", \"hf:path/to/model\"]")
         return PoolConfig(label, spec, ())
     if not isinstance(spec, list) or not spec:
         raise _error(key, f"must be a named pool (\"zoo\") or a non-empty list of members, got {spec!r}")
-    members = tuple(_member(f"{key}[{i}]", m, pool_module) for i, m in enumerate(spec))
+    members = tuple(_member(f"{key}[{i}]", m) for i, m in enumerate(spec))
     return PoolConfig(label, None, members)
 
 
-def _member(key: str, member: Any, pool_module: Any) -> Any:
+def _member(key: str, member: Any) -> Any:
+    import agents
+
     if isinstance(member, str):
         prefix, sep, rest = member.partition(":")
-        backends = sorted({*pool_module._BACKENDS, "zoo", "vllm", "openai", "hf"})
+        backends = sorted({*agents.backend_names(), "zoo", "vllm", "openai", "hf"})
         if not sep or not rest:
             raise _error(key, f"malformed agent spec {member!r}; write '<backend>:<model>' with a backend of "
                               f"{', '.join(backends)} (e.g. 'zoo:zoo-small', 'vllm:Qwen/Qwen2.5-7B-Instruct')")
         if prefix not in backends:
-            close = difflib.get_close_matches(prefix, backends, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(prefix, backends)
             raise _error(key, f"unknown agent backend {prefix!r}{hint}; backends: {', '.join(backends)}")
         return member
     if isinstance(member, Mapping):
@@ -415,13 +412,10 @@ def _task(label: str, spec: Any) -> TaskConfig:
     spec = _table(key, spec)
     _unknown_keys(key, spec, ["name", "n", "split", "seed", "options", "max_new_tokens"])
     from crl_envs import tasks as task_registry
-    from crl_envs.options import accepts_any_keyword, keyword_options
-
     name = spec.get("name", label)
     known = task_registry.names()
     if name not in known:
-        close = difflib.get_close_matches(str(name), known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(str(name), known)
         raise _error(f"{key}.name", f"unknown task {name!r}{hint}; known tasks: {', '.join(known)}")
     n = spec.get("n")
     if n is not None:
@@ -430,9 +424,8 @@ def _task(label: str, spec: Any) -> TaskConfig:
     if split is not None and not isinstance(split, str):
         raise _error(f"{key}.split", f"must be a split name such as \"test\", got {split!r}")
     options = _table(f"{key}.options", spec.get("options"))
-    factory = task_registry._REGISTRY[name]
-    if options and not accepts_any_keyword(factory):
-        valid = [o for o in keyword_options(factory) if o not in ("split", "n", "seed")]
+    valid = task_registry.option_names(name)
+    if options and valid is not None:
         _unknown_keys(f"{key}.options", options, valid)
     mnt = spec.get("max_new_tokens")
     if mnt is not None:
@@ -451,10 +444,9 @@ def _task_content(key: str, name: str, split: str | None, n: int | None, seed: i
     seed, options; code changes bump ``CELL_VERSION``), and a hub dataset named by id only is not
     downloaded here (its cells are keyed by its description)."""
     from crl_envs import tasks as task_registry
-    from crl_envs.options import keyword_options
     from crl_envs.valuation.coalition import digest
 
-    from_file = "path" in keyword_options(task_registry._REGISTRY[name])
+    from_file = "path" in (task_registry.option_names(name) or ())
     if from_file and options.get("path") is None:
         return None
     try:
@@ -473,8 +465,7 @@ def _protocol(key: str, label: str, spec: Any) -> ProtocolConfig:
     name = spec.get("protocol", label)
     if not isinstance(name, str) or name.removesuffix("_v0") not in protocols.PROTOCOLS:
         known = list(protocols.PROTOCOLS)
-        close = difflib.get_close_matches(str(name), known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(str(name), known)
         raise _error(f"{key}.protocol", f"unknown protocol {name!r}{hint}; protocols: {', '.join(known)} "
                                         f"(set protocol = \"...\" when the label is not a protocol name)")
     options = _table(f"{key}.options", spec.get("options"))
@@ -512,8 +503,7 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
         names = [estimator]
     for e in names:
         if e not in ESTIMATORS:
-            close = difflib.get_close_matches(str(e), ESTIMATORS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(str(e), ESTIMATORS)
             raise _error("valuation.estimator", f"unknown estimator {e!r}{hint}; choose one of {', '.join(ESTIMATORS)}")
     budget = spec.get("budget")
     sampled = any(e in ("permutation", "antithetic") for e in names)
@@ -631,8 +621,7 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         raise _error("training.trainers", f"must be a non-empty list of {', '.join(ROSTER)}")
     for t in trainer_names:
         if t not in ROSTER:
-            close = difflib.get_close_matches(str(t), ROSTER, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(str(t), ROSTER)
             raise _error("training.trainers", f"unknown trainer {t!r}{hint}; trainers: {', '.join(ROSTER)}")
     if len(set(trainer_names)) != len(trainer_names):
         raise _error("training.trainers", f"lists a trainer twice: {trainer_names}")
@@ -772,8 +761,7 @@ def _executor(spec: dict[str, Any]) -> ExecutorConfig:
     _unknown_keys("executor", spec, ["kind", "workers", "address", "num_cpus"])
     kind = spec.get("kind", "local")
     if kind not in EXECUTOR_KINDS:
-        close = difflib.get_close_matches(str(kind), EXECUTOR_KINDS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(str(kind), EXECUTOR_KINDS)
         raise _error("executor.kind", f"unknown executor {kind!r}{hint}; choose one of {', '.join(EXECUTOR_KINDS)}")
     workers = spec.get("workers")
     if workers is not None:

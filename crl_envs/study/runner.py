@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from crl_envs.study.config import StudyConfig
 from crl_envs.study.plan import Cell
 from crl_envs.valuation.coalition import atomic_write_json
+from crl_kit.errors import RunError
 
 
 # ---------------------------------------------------------------------- building what a cell names
@@ -206,7 +207,7 @@ def _crossplay_cell(spec: dict[str, Any], train_dir: Path) -> dict[str, Any]:
     trainer = _trainer(spec, spec["trainer"], spec["seed"], train_dir)
     final = train_dir / f"checkpoint-{spec['steps']:06d}"
     if not (final / "state.json").exists():
-        raise RuntimeError(f"crossplay needs the training cell's final checkpoint {final}, which is missing; rerun "
+        raise RunError(f"crossplay needs the training cell's final checkpoint {final}, which is missing; rerun "
                            f"the study with --fresh for {spec['setup_label']}/{spec['trainer']}/seed{spec['seed']}")
     trainer.load_checkpoint(final)
     cross = trainers.trainer_crossplay(trainer)

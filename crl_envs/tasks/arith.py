@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import random
 
-from crl_envs.options import check_int
 from crl_envs.tasks.base import Example
 from crl_envs.tasks.numeric import NumericTask
+from crl_kit.errors import ConfigError
+from crl_kit.validation import check_int
 
 OPERATIONS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 TEST_FRACTION = 5  # one question in 5 (by content hash) belongs to the test split
@@ -37,17 +38,17 @@ class ArithTask(NumericTask):
     ):
         split = split or "test"
         if split not in ("train", "test"):
-            raise ValueError(f"arith has splits 'train' and 'test', got {split!r}")
+            raise ConfigError(f"arith has splits 'train' and 'test', got {split!r}")
         check_int("arith digits", digits, minimum=1)
         if not 1 <= digits <= 9:
-            raise ValueError(f"arith digits must be in 1..9, got {digits}")
+            raise ConfigError(f"arith digits must be in 1..9, got {digits}")
         ops = tuple(operations)
         bad = [o for o in ops if o not in OPERATIONS]
         if not ops or bad:
-            raise ValueError(f"arith operations must be a non-empty subset of {list(OPERATIONS)}, got {ops}")
+            raise ConfigError(f"arith operations must be a non-empty subset of {list(OPERATIONS)}, got {ops}")
         n = 200 if n is None else n
         if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+            raise ConfigError(f"n must be >= 1, got {n}")
         self.digits, self.operations, self.split, self.seed = digits, ops, split, seed
         rng = random.Random(f"arith/{digits}/{''.join(ops)}/{seed}")
         hi = 10**digits - 1
@@ -60,7 +61,7 @@ class ArithTask(NumericTask):
             drawn.add(key)
             if (_content_bucket(key) == 0) != want_test or key in seen:
                 if len(drawn) >= space:  # every question drawn: the split has fewer than n
-                    raise ValueError(f"arith cannot make {n} distinct {split} questions with {digits} digits")
+                    raise ConfigError(f"arith cannot make {n} distinct {split} questions with {digits} digits")
                 continue
             seen.add(key)
             examples.append(

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crl_kit.errors import ConfigError
+
 TURN_MARKERS: tuple[str, ...] = (
     r"Agent \d+", "Your previous answer", "Other agents' answers", "Considering the other answers",
     "User", "Assistant", "System", "Human", "Student", "Teacher", "Question", "Q",
@@ -66,10 +68,10 @@ class Task(abc.ABC):
             self.name = name
         self.examples: list[Example] = list(examples)
         if not self.examples:
-            raise ValueError(f"task {self.name!r} has no examples; check n= and the data source")
+            raise ConfigError(f"task {self.name!r} has no examples; check n= and the data source")
         ids = [e.id for e in self.examples]
         if len(set(ids)) != len(ids):
-            raise ValueError(f"task {self.name!r} has duplicate example ids")
+            raise ConfigError(f"task {self.name!r} has duplicate example ids")
         self._by_id = {e.id: e for e in self.examples}
 
     def __len__(self) -> int:

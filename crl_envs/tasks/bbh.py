@@ -8,6 +8,7 @@ import re
 from crl_envs.tasks.base import Example, Task, own_turn
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.numeric import boxed_contents
+from crl_kit.errors import ConfigError
 
 SUBTASKS = (
     "boolean_expressions", "causal_judgement", "date_understanding", "disambiguation_qa", "dyck_languages",
@@ -116,7 +117,7 @@ class BBHTask(Task):
         chosen = (subtasks,) if isinstance(subtasks, str) else tuple(subtasks or SUBTASKS)
         unknown = [s for s in chosen if s not in SUBTASKS]
         if unknown:
-            raise ValueError(f"bbh: unknown subtasks {unknown}; known: {', '.join(SUBTASKS)}")
+            raise ConfigError(f"bbh: unknown subtasks {unknown}; known: {', '.join(SUBTASKS)}")
         self.subtasks = chosen
         self.split = check_split(self.name, split or "test", ("test",))
         self.source = os.fspath(path) if path is not None else self.HUB_ID

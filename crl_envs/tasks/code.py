@@ -19,6 +19,7 @@ from dataclasses import asdict
 from crl_envs.sandbox import SandboxLimits, SandboxResult, free_names, run_many, unbound_names
 from crl_envs.tasks.base import Example, Task
 from crl_envs.tasks.hub import check_split, load_rows, subsample
+from crl_kit.errors import ConfigError
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
@@ -58,7 +59,7 @@ def _without_def(source: str, name: str) -> str:
 
 def _check_timeout(task: str, timeout: object) -> None:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"{task}: the task option timeout= must be a positive number of seconds per program, "
+        raise ConfigError(f"{task}: the task option timeout= must be a positive number of seconds per program, "
                          f"got {timeout!r}")
 
 
@@ -146,7 +147,7 @@ class CodeTask(Task):
     def score_many(self, texts: Sequence[str], examples: Sequence[Example], *, workers: int | None = None) -> list[float]:
         """Scores of many responses (``texts[i]`` answers ``examples[i]``), run in parallel."""
         if len(texts) != len(examples):
-            raise ValueError(f"score_many needs one example per text, got {len(texts)} texts and {len(examples)}")
+            raise ConfigError(f"score_many needs one example per text, got {len(texts)} texts and {len(examples)}")
         codes = [self.extract(t) for t in texts]
         programs = [(*self.harness(c, e), self.program_names(e)) for c, e in zip(codes, examples) if c is not None]
         results = iter(self._run_programs(programs, workers=workers))
@@ -248,12 +249,12 @@ def _entry_point(row: dict) -> str:
     """The row's ``entry_point``, checked now (with the prompt and tests it goes into) rather than at scoring."""
     entry, task_id = row["entry_point"], row["task_id"]
     if not isinstance(entry, str) or not entry.isidentifier() or keyword.iskeyword(entry):
-        raise ValueError(f"humaneval row {task_id}: entry_point {entry!r} is not a Python function name; fix the row")
+        raise ConfigError(f"humaneval row {task_id}: entry_point {entry!r} is not a Python function name; fix the row")
     for field in ("prompt", "test"):
         try:
             ast.parse(row[field])
         except SyntaxError as e:
-            raise ValueError(f"humaneval row {task_id}: its {field} does not parse as Python (line {e.lineno}: "
+            raise ConfigError(f"humaneval row {task_id}: its {field} does not parse as Python (line {e.lineno}: "
                              f"{e.msg}); fix the row") from None
     return entry
 
@@ -280,7 +281,7 @@ class MBPPTask(CodeTask):
                  path: str | os.PathLike | None = None, timeout: float = 10.0, unsafe_guard_only: bool = False):
         _check_timeout(self.name, timeout)
         if config not in ("full", "sanitized"):
-            raise ValueError(f"mbpp config must be 'full' or 'sanitized', got {config!r}")
+            raise ConfigError(f"mbpp config must be 'full' or 'sanitized', got {config!r}")
         self.config = config
         self.split = check_split(self.name, split or "test", ("test", "train", "validation", "prompt"))
         self.source = os.fspath(path) if path is not None else self.HUB_ID
@@ -290,12 +291,12 @@ class MBPPTask(CodeTask):
         for i, row in enumerate(rows):
             text = row.get("text") or row.get("prompt")
             if not text:
-                raise ValueError(f"mbpp row {i}: neither 'text' (config full) nor 'prompt' (config sanitized)")
+                raise ConfigError(f"mbpp row {i}: neither 'text' (config full) nor 'prompt' (config sanitized)")
             setup = row.get("test_setup_code") or "\n".join(row.get("test_imports") or [])
             try:
                 ast.parse(f"{setup}\n" + "\n".join(row["test_list"]))
             except SyntaxError as e:
-                raise ValueError(f"mbpp row {row['task_id']}: its setup and tests do not parse as Python (line "
+                raise ConfigError(f"mbpp row {row['task_id']}: its setup and tests do not parse as Python (line "
                                  f"{e.lineno}: {e.msg}); fix the row") from None
             examples.append(Example(
                 id=str(row["task_id"]), question=text.strip(), answer=row["code"],

@@ -9,6 +9,7 @@ from crl_envs.tasks.base import Example
 from crl_envs.tasks.code import CodeTask
 from crl_envs.tasks.numeric import NumericTask
 from crl_envs.tasks.procedural import Draw, ProceduralTask, differs
+from crl_kit.errors import ConfigError
 
 _WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
 
@@ -54,7 +55,7 @@ class PyFuncTask(ProceduralTask, CodeTask):
     def __init__(self, *, held_out: int = 4, split: str | None = None, n: int | None = None, seed: int = 0,
                  timeout: float = 10.0, unsafe_guard_only: bool = False):
         if not isinstance(held_out, int) or not 1 <= held_out <= 8:
-            raise ValueError(f"pyfunc held_out must be an int in 1..8, got {held_out!r}")
+            raise ConfigError(f"pyfunc held_out must be an int in 1..8, got {held_out!r}")
         self.held_out = held_out
         super().__init__(self.generate(split, n, seed, f"{held_out}"), timeout=timeout,
                          unsafe_guard_only=unsafe_guard_only)
@@ -127,9 +128,9 @@ class PyTraceTask(ProceduralTask, NumericTask):
     def __init__(self, *, max_value: int = 9, max_loops: int = 4, split: str | None = None, n: int | None = None,
                  seed: int = 0):
         if not isinstance(max_value, int) or not 2 <= max_value <= 50:
-            raise ValueError(f"pytrace max_value must be an int in 2..50, got {max_value!r}")
+            raise ConfigError(f"pytrace max_value must be an int in 2..50, got {max_value!r}")
         if not isinstance(max_loops, int) or not 2 <= max_loops <= 9:
-            raise ValueError(f"pytrace max_loops must be an int in 2..9, got {max_loops!r}")
+            raise ConfigError(f"pytrace max_loops must be an int in 2..9, got {max_loops!r}")
         self.max_value, self.max_loops = max_value, max_loops
         super().__init__(self.generate(split, n, seed, f"{max_value}/{max_loops}"))
 

@@ -9,6 +9,7 @@ import random
 from crl_envs.tasks.base import Example
 from crl_envs.tasks.numeric import NumericTask
 from crl_envs.tasks.procedural import Draw, ProceduralTask, differs
+from crl_kit.errors import ConfigError
 
 
 class LawTask(ProceduralTask, NumericTask):
@@ -30,9 +31,9 @@ class LawTask(ProceduralTask, NumericTask):
     def __init__(self, *, noise: int = 0, tolerance: float = 0.05, split: str | None = None, n: int | None = None,
                  seed: int = 0):
         if not isinstance(noise, int) or not 0 <= noise <= 5:
-            raise ValueError(f"law noise must be an int in 0..5, got {noise!r}")
+            raise ConfigError(f"law noise must be an int in 0..5, got {noise!r}")
         if not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
-            raise ValueError(f"law tolerance must be a number in [0, 1), got {tolerance!r}")
+            raise ConfigError(f"law tolerance must be a number in [0, 1), got {tolerance!r}")
         self.noise, self.tolerance = noise, float(tolerance)
         super().__init__(self.generate(split, n, seed, f"{noise}/{tolerance}"))
 
@@ -101,7 +102,7 @@ class SequenceTask(ProceduralTask, NumericTask):
 
     def __init__(self, *, shown: int = 5, split: str | None = None, n: int | None = None, seed: int = 0):
         if not isinstance(shown, int) or not 4 <= shown <= 7:
-            raise ValueError(f"sequence shown must be an int in 4..7, got {shown!r}")
+            raise ConfigError(f"sequence shown must be an int in 4..7, got {shown!r}")
         self.shown = shown
         super().__init__(self.generate(split, n, seed, f"{shown}"))
 

@@ -7,6 +7,7 @@ import random
 from crl_envs.tasks.base import Example
 from crl_envs.tasks.hub import load_rows
 from crl_envs.tasks.numeric import NumericTask, extract_number
+from crl_kit.errors import ConfigError
 
 HUB_ID = "openai/gsm8k"
 
@@ -30,13 +31,13 @@ class GSM8KTask(NumericTask):
         for i, row in enumerate(rows):
             reference = extract_number(row["answer"].split("####")[-1])
             if reference is None:
-                raise ValueError(f"gsm8k row {i}: no final '#### N' in its answer")
+                raise ConfigError(f"gsm8k row {i}: no final '#### N' in its answer")
             examples.append(
                 Example(id=f"{split}-{i}", question=row["question"], answer=reference, metadata={"solution": row["answer"]})
             )
         if n is not None:
             if n < 1:
-                raise ValueError(f"n must be >= 1, got {n}")
+                raise ConfigError(f"n must be >= 1, got {n}")
             examples = random.Random(seed).sample(examples, min(n, len(examples)))
         self.split, self.source = split, path or HUB_ID
         super().__init__(examples)

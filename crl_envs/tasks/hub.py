@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from crl_envs.tasks.base import Example
+from crl_kit.errors import ConfigError
 
 _BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
 
@@ -39,10 +40,10 @@ def load_rows(
                 raise IsADirectoryError(f"{task}: {f!r} is a directory, not a data file; pass path= the file "
                                         f"itself (JSON/JSONL/Parquet/CSV {expected})")
             if os.path.getsize(f) == 0:
-                raise ValueError(f"{task}: the data file {f!r} is empty; it needs {expected}")
+                raise ConfigError(f"{task}: the data file {f!r} is empty; it needs {expected}")
         ext = _extension(files[0])
         if ext not in _BUILDERS:
-            raise ValueError(f"{task}: cannot read {files[0]!r}; use one of {sorted(_BUILDERS)} (optionally .gz)")
+            raise ConfigError(f"{task}: cannot read {files[0]!r}; use one of {sorted(_BUILDERS)} (optionally .gz)")
         kwargs = {"delimiter": "\t"} if ext == ".tsv" else {}
         try:
             data = datasets.load_dataset(_BUILDERS[ext], data_files=files, split="train", **kwargs)
@@ -51,16 +52,16 @@ def load_rows(
             detail = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
             if "corresponds to no data" in detail:  # datasets' words for a file without rows
                 detail = "no rows"
-            raise ValueError(f"{task}: cannot read {', '.join(map(repr, files))} as {ext[1:].upper()} ({detail}); "
+            raise ConfigError(f"{task}: cannot read {', '.join(map(repr, files))} as {ext[1:].upper()} ({detail}); "
                              f"fix the file: it needs {expected}") from None
         if len(data) == 0:
-            raise ValueError(f"{task}: cannot read {', '.join(map(repr, files))} as {ext[1:].upper()} (no rows); "
+            raise ConfigError(f"{task}: cannot read {', '.join(map(repr, files))} as {ext[1:].upper()} (no rows); "
                              f"fix the file: it needs {expected}")
     else:
         data = load_hub_dataset(task, hub_id, config, split, required)
     missing = set(required) - set(data.column_names)
     if missing:
-        raise ValueError(f"{task} data lacks fields {sorted(missing)}; got {data.column_names}")
+        raise ConfigError(f"{task} data lacks fields {sorted(missing)}; got {data.column_names}")
     return list(data)
 
 
@@ -89,13 +90,13 @@ def subsample(examples: list[Example], n: int | None, seed: int) -> list[Example
     if n is None:
         return examples
     if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+        raise ConfigError(f"n must be >= 1, got {n}")
     return random.Random(seed).sample(examples, min(n, len(examples)))
 
 
 def check_split(task: str, split: str, allowed: Sequence[str]) -> str:
     if split not in allowed:
-        raise ValueError(f"{task} has splits {list(allowed)}, got {split!r}")
+        raise ConfigError(f"{task} has splits {list(allowed)}, got {split!r}")
     return split
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from crl_envs.tasks.base import Example, Task, own_turn
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.numeric import boxed_contents, last_number
+from crl_kit.errors import ConfigError
 
 REL_TOL = 1e-4
 SYMPY_TIMEOUT = 5.0  # math-verify's own default
@@ -331,7 +332,7 @@ class MathTask(Task):
     def __init__(self, *, subset: str = "math500", split: str | None = None, n: int | None = None, seed: int = 0,
                  path: str | os.PathLike | None = None):
         if subset not in ("math500", "full"):
-            raise ValueError(f"math subset must be 'math500' or 'full', got {subset!r}")
+            raise ConfigError(f"math subset must be 'math500' or 'full', got {subset!r}")
         self.subset = subset
         self.split = check_split(self.name, split or "test", ("test",) if subset == "math500" else ("test", "train"))
         if path is not None:
@@ -352,7 +353,7 @@ class MathTask(Task):
             if not answer:
                 boxes = boxed_contents(row.get("solution") or "")
                 if not boxes:
-                    raise ValueError(f"math row {i}: no 'answer' field and no \\boxed{{}} in its solution")
+                    raise ConfigError(f"math row {i}: no 'answer' field and no \\boxed{{}} in its solution")
                 answer = boxes[-1]
             examples.append(Example(
                 id=str(row.get("unique_id") or f"{self.split}-{i}"),

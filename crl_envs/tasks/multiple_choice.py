@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from crl_envs.tasks.base import Example, Task, own_turn
 from crl_envs.tasks.hub import check_split, load_rows, subsample
 from crl_envs.tasks.numeric import boxed_contents
+from crl_kit.errors import ConfigError
 
 LETTERS = string.ascii_uppercase[:10]  # A..J
 _L = f"[{LETTERS}]"
@@ -82,7 +83,7 @@ class MultipleChoiceTask(Task):
         for e in self.examples:
             k = len(e.metadata.get("options", ()))
             if not 2 <= k <= len(LETTERS) or e.answer not in LETTERS[:k]:
-                raise ValueError(f"{self.name} example {e.id!r}: answer {e.answer!r} is not one of {k} options")
+                raise ConfigError(f"{self.name} example {e.id!r}: answer {e.answer!r} is not one of {k} options")
         self.chance = sum(1 / len(e.metadata["options"]) for e in self.examples) / len(self.examples)
 
     def prompt(self, example: Example) -> str:
@@ -131,7 +132,7 @@ class ARCChallengeTask(MultipleChoiceTask):
         for i, row in enumerate(rows):
             labels, texts = list(row["choices"]["label"]), list(row["choices"]["text"])
             if row["answerKey"] not in labels:
-                raise ValueError(f"arc_challenge row {i}: answerKey {row['answerKey']!r} not among labels {labels}")
+                raise ConfigError(f"arc_challenge row {i}: answerKey {row['answerKey']!r} not among labels {labels}")
             examples.append(_mc_example(str(row.get("id") or f"{self.split}-{i}"), row["question"], texts,
                                         labels.index(row["answerKey"]), labels=labels))
         super().__init__(subsample(examples, n, seed))

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from crl_envs.tasks.base import Example, Task
+from crl_kit.errors import ConfigError
 
 TEST_FRACTION = 5  # one question in 5 (by content hash) belongs to the test split
 #: The paper's three kinds of task, and the procedural tasks of each.
@@ -38,7 +39,7 @@ def in_test_split(question: str) -> bool:
 def check_split(name: str, split: str | None) -> str:
     split = split or "test"
     if split not in ("train", "test"):
-        raise ValueError(f"{name} has splits 'train' and 'test', got {split!r}")
+        raise ConfigError(f"{name} has splits 'train' and 'test', got {split!r}")
     return split
 
 
@@ -60,7 +61,7 @@ class ProceduralTask(Task, abc.ABC):
         self.split = check_split(self.name, split)
         n = 200 if n is None else n
         if not isinstance(n, int) or n < 1:
-            raise ValueError(f"{self.name}: n must be an int >= 1, got {n!r}")
+            raise ConfigError(f"{self.name}: n must be an int >= 1, got {n!r}")
         self.seed, self.settings = seed, settings
         rng = random.Random(f"{self.name}/{settings}/{seed}")
         want_test = self.split == "test"
@@ -69,7 +70,7 @@ class ProceduralTask(Task, abc.ABC):
         active = list(self.kinds)  # kinds in turn, so each is equally common while it has new questions
         while len(examples) < n:
             if not active:
-                raise ValueError(f"{self.name} cannot make {n} distinct {self.split} questions with settings "
+                raise ConfigError(f"{self.name} cannot make {n} distinct {self.split} questions with settings "
                                  f"{settings}; ask for fewer (n=) or widen the settings")
             kind = active[len(examples) % len(active)]
             for _ in range(3000):

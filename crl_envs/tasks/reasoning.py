@@ -11,6 +11,7 @@ from crl_envs.tasks.bbh import bbh_equal, extract_bbh_answer
 from crl_envs.tasks.multiple_choice import LETTERS, MultipleChoiceTask
 from crl_envs.tasks.numeric import NumericTask
 from crl_envs.tasks.procedural import Draw, ProceduralTask, differs
+from crl_kit.errors import ConfigError
 
 NAMES = ("Ann", "Ben", "Cal", "Dee", "Eve", "Finn", "Gus", "Hana", "Ivy", "Jo", "Kai", "Lea", "Max", "Noa")
 ITEMS = ("apple", "book", "coin", "shell", "card", "stamp", "marble", "pencil", "sticker", "cookie")
@@ -38,9 +39,9 @@ class WordProblemTask(ProceduralTask, NumericTask):
     def __init__(self, *, steps: int = 2, max_value: int = 40, split: str | None = None, n: int | None = None,
                  seed: int = 0):
         if not isinstance(steps, int) or not 1 <= steps <= 4:
-            raise ValueError(f"wordprob steps must be an int in 1..4, got {steps!r}")
+            raise ConfigError(f"wordprob steps must be an int in 1..4, got {steps!r}")
         if not isinstance(max_value, int) or not 5 <= max_value <= 99:
-            raise ValueError(f"wordprob max_value must be an int in 5..99, got {max_value!r}")
+            raise ConfigError(f"wordprob max_value must be an int in 5..99, got {max_value!r}")
         self.steps, self.max_value = steps, max_value
         super().__init__(self.generate(split, n, seed, f"{steps}/{max_value}"))
 
@@ -117,7 +118,7 @@ class CompareTask(ProceduralTask, MultipleChoiceTask):
 
     def __init__(self, *, options: int = 4, split: str | None = None, n: int | None = None, seed: int = 0):
         if not isinstance(options, int) or not 2 <= options <= 6:
-            raise ValueError(f"compare options must be an int in 2..6, got {options!r}")
+            raise ConfigError(f"compare options must be an int in 2..6, got {options!r}")
         self.options = options
         super().__init__(self.generate(split, n, seed, f"{options}"))
 
@@ -182,7 +183,7 @@ class LogicTask(ProceduralTask):
 
     def __init__(self, *, terms: int = 4, split: str | None = None, n: int | None = None, seed: int = 0):
         if not isinstance(terms, int) or not 2 <= terms <= 5:
-            raise ValueError(f"logic terms must be an int in 2..5, got {terms!r}")
+            raise ConfigError(f"logic terms must be an int in 2..5, got {terms!r}")
         self.terms = terms
         super().__init__(self.generate(split, n, seed, f"{terms}"))
         self.chance = sum(0.5 for e in self.examples if e.metadata["kind"] != "mod") / len(self.examples)

@@ -23,6 +23,7 @@ from crl_envs.tasks.math import (
     extract_math_answer,
     normalize_math_answer,
 )
+from crl_kit.errors import ConfigError
 
 TOLERANCE = 0.04
 ANSWER_TYPES = ("integer", "float", "bool", "option", "list of integer", "list of float")
@@ -92,7 +93,7 @@ def theoremqa_equal(prediction: str | None, reference: str, answer_type: str) ->
         try:
             reference_values = [float(v) for v in ast.literal_eval(str(reference))]
         except (ValueError, SyntaxError, TypeError):
-            raise ValueError(f"theoremqa: list reference {reference!r} is not a list of numbers") from None
+            raise ConfigError(f"theoremqa: list reference {reference!r} is not a list of numbers") from None
         items = _parse_list(prediction)
         if items is None or len(items) != len(reference_values):
             return False
@@ -131,7 +132,7 @@ class TheoremQATask(Task):
         for i, row in enumerate(rows):
             answer_type = str(row["Answer_type"]).strip()
             if answer_type not in ANSWER_TYPES:
-                raise ValueError(f"theoremqa row {i}: unknown Answer_type {answer_type!r}; known: {ANSWER_TYPES}")
+                raise ConfigError(f"theoremqa row {i}: unknown Answer_type {answer_type!r}; known: {ANSWER_TYPES}")
             examples.append(Example(
                 id=str(row.get("id") or f"{self.split}-{i}"),
                 question=str(row["Question"]).strip(),

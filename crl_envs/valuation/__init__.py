@@ -32,6 +32,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from crl_kit.errors import ConfigError
+
 #: ``module -> the names it exports here``. Names load on first use (PEP 562), so ``crl-envs value
 #: --help`` (which reads :data:`ESTIMATORS`) pays for neither torch nor scipy.
 _EXPORTS: dict[str, tuple[str, ...]] = {
@@ -151,23 +153,24 @@ def evaluate(
     from crl_envs.valuation.executors import resolve_executor
     from crl_envs.valuation.game import CoalitionGame, individual_game, play_coalitions
     from crl_envs.valuation.report import Measure, ValuationReport, check_ci_options
+    from crl_kit.validation import check_int
 
     if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+        raise ConfigError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
     sampled = estimator in ("permutation", "antithetic")
     if sampled and budget is None:
-        raise ValueError(f"estimator={estimator!r} needs budget=<number of permutations> (e.g. budget=200)")
+        raise ConfigError(f"estimator={estimator!r} needs budget=<number of permutations> (e.g. budget=200)")
     if not sampled and budget is not None:
-        raise ValueError(f"budget only applies to estimator='permutation' or 'antithetic', not {estimator!r}")
-    _check_int("samples", samples, 1, "episodes per question, e.g. samples=4")
-    _check_int("seed", seed, None, "e.g. seed=0")
+        raise ConfigError(f"budget only applies to estimator='permutation' or 'antithetic', not {estimator!r}")
+    check_int("samples", samples, minimum=1, why="episodes per question, e.g. samples=4")
+    check_int("seed", seed, why="e.g. seed=0")
     if permutation_seed is not None:
-        _check_int("permutation_seed", permutation_seed, None, "e.g. permutation_seed=1, or None for seed")
+        check_int("permutation_seed", permutation_seed, why="e.g. permutation_seed=1, or None for seed")
     if sampled:
-        _check_int("budget", budget, 2, "the number of permutations, e.g. budget=200")
+        check_int("budget", budget, minimum=2, why="the number of permutations, e.g. budget=200")
     check_ci_options(ci_level, bootstrap_resamples)
     if not isinstance(progress, bool):
-        raise ValueError(f"progress must be True or False, got {progress!r}")
+        raise ConfigError(f"progress must be True or False, got {progress!r}")
     executor = resolve_executor(executor)
     game = CoalitionGame(protocol, pool, task, samples=samples, seed=seed, sampling=sampling, options=options,
                          cache_dir=cache_dir, progress=progress, executor=executor, memo=memo)
@@ -223,14 +226,6 @@ def evaluate(
         coalitions=sum(1 for m in plan if m), cached_evaluations=needed - executed,
         samples=samples, seed=seed, budget=budget, ci_level=ci_level, bootstrap_resamples=bootstrap_resamples,
     )
-
-
-def _check_int(name: str, value: Any, minimum: int | None, hint: str) -> None:
-    import numpy as np
-
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (minimum is not None and value < minimum):
-        bound = "an int" if minimum is None else f"an int >= {minimum}"
-        raise ValueError(f"{name} must be {bound} ({hint}), got {value!r}")
 
 
 __all__ = [

@@ -23,6 +23,7 @@ from agents import Agent, Pool, SamplingParams, ScriptedAgent, stable_hash
 from crl_envs import protocols
 from crl_envs.runner import ProtocolFactory, RequestMemo, run_coalitions, run_episodes, total_usage
 from crl_envs.tasks import Task
+from crl_kit.errors import ConfigError
 
 
 def _stand_in(name: str) -> ScriptedAgent:
@@ -108,17 +109,17 @@ def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, sa
 
     flags = [memoised] * len(names) if isinstance(memoised, bool) else list(memoised)
     if len(flags) != len(names):
-        raise ValueError(f"memoised names {len(flags)} models for a pool of {len(names)}")
+        raise ConfigError(f"memoised names {len(flags)} models for a pool of {len(names)}")
     pool = Pool([_AgreeingStandIn(name, f"model_{i}", agreement, flags[i]) for i, name in enumerate(names)])
     full = (1 << len(pool)) - 1
     memo = RequestMemo()
     groups: dict[tuple, tuple[ProtocolFactory, dict[str, Any], list[list[str]]]] = {}
     for run in runs:
         if not (isinstance(run, tuple) and len(run) == 3):
-            raise ValueError(f"each run must be (protocol, options, coalition mask), got {run!r}")
+            raise ConfigError(f"each run must be (protocol, options, coalition mask), got {run!r}")
         protocol, options, mask = run
         if isinstance(mask, bool) or not isinstance(mask, int) or not 0 < mask <= full:
-            raise ValueError(f"coalition mask {mask!r} out of range for a pool of {len(pool)} (1..{full})")
+            raise ConfigError(f"coalition mask {mask!r} out of range for a pool of {len(pool)} (1..{full})")
         factory = protocols.get(protocol)
         key = (factory, repr(sorted((options or {}).items(), key=lambda kv: kv[0])))
         if key not in groups:

@@ -21,15 +21,17 @@ from math import factorial
 
 import numpy as np
 
+from crl_kit.errors import ConfigError
+
 MAX_EXACT_PLAYERS = 12
 """Exact estimators enumerate 2^n coalitions; beyond this, use permutation sampling."""
 
 
 def _check_exact(n: int) -> None:
     if not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"the number of players must be an int >= 1, got {n!r}")
+        raise ConfigError(f"the number of players must be an int >= 1, got {n!r}")
     if n > MAX_EXACT_PLAYERS:
-        raise ValueError(
+        raise ConfigError(
             f"exact valuation enumerates 2^n coalitions: {2**n} for a pool of {n}, too many "
             f"(limit {MAX_EXACT_PLAYERS} players). Use estimator='permutation' or 'antithetic' with a "
             f"budget, or estimator='loo' (n+1 coalitions)."
@@ -86,12 +88,12 @@ def loo_weights(n: int) -> tuple[list[int], np.ndarray]:
 def sample_permutations(n: int, budget: int, seed: int = 0, antithetic: bool = False) -> np.ndarray:
     """``(budget, n)`` permutations of the players; antithetic draws come in (pi, reversed pi) pairs."""
     if not isinstance(budget, (int, np.integer)) or budget < 1:
-        raise ValueError(f"budget (the number of permutations) must be an int >= 1, got {budget!r}")
+        raise ConfigError(f"budget (the number of permutations) must be an int >= 1, got {budget!r}")
     rng = np.random.default_rng(seed)
     if not antithetic:
         return np.stack([rng.permutation(n) for _ in range(budget)])
     if budget % 2:
-        raise ValueError(
+        raise ConfigError(
             f"antithetic sampling pairs each permutation with its reverse, so budget must be even, got {budget}"
         )
     half = np.stack([rng.permutation(n) for _ in range(budget // 2)])
@@ -106,12 +108,12 @@ def permutation_weights(perms: np.ndarray) -> tuple[list[int], np.ndarray]:
     cache: a prefix shared by many permutations is evaluated once)."""
     perms = np.asarray(perms)
     if perms.ndim != 2 or perms.shape[0] < 1 or not np.issubdtype(perms.dtype, np.integer):
-        raise ValueError(f"permutation_weights expects a (budget, n) int array of permutations of 0..n-1, "
+        raise ConfigError(f"permutation_weights expects a (budget, n) int array of permutations of 0..n-1, "
                          f"got shape {perms.shape} and dtype {perms.dtype}")
     budget, n = perms.shape
     bad = np.flatnonzero((np.sort(perms, axis=1) != np.arange(n)).any(axis=1))
     if bad.size:
-        raise ValueError(f"permutation_weights: row {int(bad[0])} ({perms[bad[0]].tolist()}) is not a permutation of "
+        raise ConfigError(f"permutation_weights: row {int(bad[0])} ({perms[bad[0]].tolist()}) is not a permutation of "
                          f"0..{n - 1} ({bad.size} such rows); draw rows with sample_permutations(n, budget, seed)")
     column: dict[int, int] = {}
     entries: list[tuple[int, int, float]] = []
@@ -153,7 +155,7 @@ def permutation_draws(perms: np.ndarray, value: Mapping[int, float] | Callable[[
             before = after
     if antithetic:
         if budget % 2:
-            raise ValueError(f"antithetic draws come in pairs: got {budget} permutations")
+            raise ConfigError(f"antithetic draws come in pairs: got {budget} permutations")
         marginals = (marginals[0::2] + marginals[1::2]) / 2
     return marginals.T
 

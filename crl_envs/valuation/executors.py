@@ -39,7 +39,6 @@ Example:
 from __future__ import annotations
 
 import abc
-import difflib
 import os
 import re
 import socket
@@ -53,6 +52,8 @@ import numpy as np
 
 from agents import Agent, Pool
 from crl_envs.valuation.coalition import CoalitionRun, coalitions_scores
+from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError, RunError
+from crl_kit.validation import check_int, did_you_mean
 
 EXECUTORS = ("local", "processes", "ray")
 INSTALL_HINT = "pip install 'crl-envs[ray]'"
@@ -154,15 +155,12 @@ def resolve_executor(executor: Executor | str | None) -> Executor:
         return ProcessExecutor()
     if isinstance(executor, Executor):
         return executor
-    raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)} or pass an Executor "
+    raise ConfigError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)} or pass an Executor "
                      "(e.g. crl_envs.valuation.RayExecutor('head-node:6379'))")
 
 
 def _check_per_task(owner: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner} coalitions_per_task must be an int >= 1 (coalitions one task plays in lockstep), "
-                         f"got {value!r}")
-    return value
+    return check_int(f"{owner} coalitions_per_task", value, minimum=1, why="coalitions one task plays in lockstep")
 
 
 def _unexpected(owner: str, unexpected: Mapping[str, Any], known: Sequence[str]) -> None:
@@ -170,9 +168,8 @@ def _unexpected(owner: str, unexpected: Mapping[str, Any], known: Sequence[str])
     if not unexpected:
         return
     name = next(iter(unexpected))
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise TypeError(f"{owner} got an unexpected argument {name!r}{hint}; its arguments are {', '.join(known)}")
+    hint = did_you_mean(name, known)
+    raise ConfigTypeError(f"{owner} got an unexpected argument {name!r}{hint}; its arguments are {', '.join(known)}")
 
 
 # ---------------------------------------------------------------------- agents shipped to workers
@@ -225,8 +222,7 @@ class ProcessExecutor(Executor):
 
     def __init__(self, workers: int | None = None, *, coalitions_per_task: int = 1, **unexpected: Any):
         _unexpected("ProcessExecutor", unexpected, ["workers", "coalitions_per_task"])
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-            raise ValueError(f"ProcessExecutor workers must be an int >= 1 (processes at once), got {workers!r}")
+        check_int("ProcessExecutor workers", workers, minimum=1, allow_none=True, why="processes at once")
         self.workers = workers or os.cpu_count() or 1
         self.coalitions_per_task = _check_per_task("ProcessExecutor", coalitions_per_task)
 
@@ -272,7 +268,7 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise ImportError(f"executor='ray' needs Ray, which is not installed: {INSTALL_HINT}") from None
+        raise MissingDependencyError(f"executor='ray' needs Ray, which is not installed: {INSTALL_HINT}") from None
     return ray
 
 
@@ -283,7 +279,7 @@ ADDRESS_FORMS = "'host:port' of the head (default port 6379), 'ray://host:port' 
 def parse_address(address: str) -> tuple[str, int]:
     """``(host, port)`` of a Ray address, or one line saying what is malformed and which forms are valid."""
     def malformed(why: str) -> ValueError:
-        return ValueError(f"malformed Ray address {address!r} ({why}): expected {ADDRESS_FORMS}")
+        return ConfigError(f"malformed Ray address {address!r} ({why}): expected {ADDRESS_FORMS}")
 
     target, default_port = (address[len("ray://"):], 10001) if address.startswith("ray://") else (address, 6379)
     if "://" in target:
@@ -365,7 +361,7 @@ def _resolve(value: Any) -> Any:
                 if agent.name != value.name:  # a spec builds its default name; keep the driver's
                     agent.name = value.name
                 if agent.fingerprint != value.fingerprint:
-                    raise RuntimeError(
+                    raise RunError(
                         f"agent {value.name!r} rebuilt on a worker from {value.spec!r} differs from the driver's "
                         f"(fingerprint {agent.fingerprint} != {value.fingerprint}): the driver's agent changed after "
                         f"it was built, or the worker sees other files; save it and pass its spec, or drop .spec to "
@@ -419,17 +415,16 @@ class RayExecutor(Executor):
                  coalitions_per_task: int = 1, **unexpected: Any):
         _unexpected("RayExecutor", unexpected, self.ARGUMENTS)
         if address is not None and (not isinstance(address, str) or not address.strip()):
-            raise ValueError(f"RayExecutor address must be a string such as 'head:6379' or 'ray://head:10001', "
+            raise ConfigError(f"RayExecutor address must be a string such as 'head:6379' or 'ray://head:10001', "
                              f"got {address!r}")
         if address is not None and address not in ("auto", "local"):
             parse_address(address)  # a malformed address fails here, before any connection attempt
         for label, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("connect_timeout", connect_timeout)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(f"RayExecutor {label} must be a number >= 0, got {v!r}")
+                raise ConfigError(f"RayExecutor {label} must be a number >= 0, got {v!r}")
         if num_cpus == 0 and num_gpus == 0:
-            raise ValueError("RayExecutor needs num_cpus > 0 or num_gpus > 0 per task (slots are counted from them)")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"RayExecutor max_retries must be an int >= 0, got {max_retries!r}")
+            raise ConfigError("RayExecutor needs num_cpus > 0 or num_gpus > 0 per task (slots are counted from them)")
+        check_int("RayExecutor max_retries", max_retries, minimum=0)
         self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
         self.max_retries, self.connect_timeout = max_retries, float(connect_timeout)
         self.init_options = dict(init_options or {})
@@ -445,7 +440,7 @@ class RayExecutor(Executor):
             check_reachable(address, self.connect_timeout)
         if ray.is_initialized():
             if self.address is not None and address not in ("auto",) and not _same_cluster(ray, address):
-                raise ValueError(
+                raise ConfigError(
                     f"this process is already connected to another Ray cluster "
                     f"({ray.get_runtime_context().gcs_address}); call ray.shutdown() first or use address=None"
                 )
@@ -468,7 +463,7 @@ class RayExecutor(Executor):
             counts.append(int(resources.get("GPU", 0) // self.num_gpus))
         slots = min(counts)
         if slots < 1:
-            raise RuntimeError(f"the Ray cluster has {resources.get('CPU', 0):g} CPUs and {resources.get('GPU', 0):g} "
+            raise RunError(f"the Ray cluster has {resources.get('CPU', 0):g} CPUs and {resources.get('GPU', 0):g} "
                                f"GPUs: no room for a task of num_cpus={self.num_cpus}, num_gpus={self.num_gpus}")
         return slots
 

@@ -59,6 +59,7 @@ from crl_envs.valuation.coalition import (
 )
 from crl_envs.valuation.cost import calls_per_episode, distinct_calls
 from crl_envs.valuation.executors import Executor, resolve_executor
+from crl_kit.errors import ConfigError
 
 CACHE_VERSION = 2
 #: The protocol whose one-member coalition is "the model alone, answering the task once".
@@ -118,14 +119,14 @@ class CoalitionGame:
         memo: bool = True,
     ):
         if not isinstance(memo, bool):
-            raise ValueError(f"memo must be True or False, got {memo!r}")
+            raise ConfigError(f"memo must be True or False, got {memo!r}")
         self.memo = memo
         self.executor = resolve_executor(executor)
         self.factory = protocols.get(protocol)
         self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
         self.task = task if isinstance(task, Task) else task_registry.load(task)
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples must be an int >= 1 (episodes per question), got {samples!r}; e.g. samples=4")
+            raise ConfigError(f"samples must be an int >= 1 (episodes per question), got {samples!r}; e.g. samples=4")
         self.samples, self.seed = samples, int(seed)
         self.sampling = sampling
         self.options = dict(options or {})
@@ -270,7 +271,7 @@ class CoalitionGame:
         full = (1 << self.n) - 1
         for m in masks:
             if not 0 <= m <= full:
-                raise ValueError(f"coalition mask {m} out of range for a pool of {self.n}")
+                raise ConfigError(f"coalition mask {m} out of range for a pool of {self.n}")
         return masks
 
     def run_spec(self) -> CoalitionRun:
@@ -286,7 +287,7 @@ class CoalitionGame:
         no file or the whole file). Only the process that owns the game (the driver) writes."""
         scores = np.asarray(scores, dtype=float)
         if scores.shape != (len(self.example_ids),):
-            raise ValueError(f"coalition {mask}: {scores.shape} scores for {len(self.example_ids)} questions")
+            raise ConfigError(f"coalition {mask}: {scores.shape} scores for {len(self.example_ids)} questions")
         self._memory[mask] = scores
         self.evaluations += 1
         path = self._path(mask)
@@ -405,13 +406,13 @@ def _empty_value(env: Any, task: Task) -> float:
     value = getattr(env, "empty_value", 0.0)
     if isinstance(value, str):
         if value != "chance":
-            raise ValueError(f"{type(env).__name__}.empty_value must be a number, 'chance' or a callable, got {value!r}")
+            raise ConfigError(f"{type(env).__name__}.empty_value must be a number, 'chance' or a callable, got {value!r}")
         value = task.chance
     elif callable(value):
         value = value(task) if len(inspect.signature(value).parameters) else value()
     value = float(value)
     if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{type(env).__name__}.empty_value must lie in [0, 1], got {value}")
+        raise ConfigError(f"{type(env).__name__}.empty_value must lie in [0, 1], got {value}")
     return value
 
 

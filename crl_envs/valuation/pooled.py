@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from crl_envs.stats import STATISTICS, correlation, grouped_permutation_test, min_p_value
 from crl_envs.valuation.report import LABELS, ValuationReport
+from crl_kit.errors import ConfigError
 
 ALTERNATIVES = ("two-sided", "greater", "less")
 
@@ -102,25 +103,25 @@ def pooled_test(
             labels or groups not one per report.
     """
     if statistic not in STATISTICS:
-        raise ValueError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
+        raise ConfigError(f"unknown statistic {statistic!r}; choose one of {sorted(STATISTICS)}")
     if alternative not in ALTERNATIVES:
-        raise ValueError(f"unknown alternative {alternative!r}; choose one of {ALTERNATIVES}")
+        raise ConfigError(f"unknown alternative {alternative!r}; choose one of {ALTERNATIVES}")
     if not reports:
-        raise ValueError("pooled_test needs at least one report")
+        raise ConfigError("pooled_test needs at least one report")
     if draws < 1:
-        raise ValueError(f"draws must be >= 1, got {draws}")
+        raise ConfigError(f"draws must be >= 1, got {draws}")
     labels = list(labels) if labels is not None else [f"{r.protocol}/{r.task}/{','.join(r.names)}" for r in reports]
     if len(labels) != len(reports):
-        raise ValueError(f"got {len(labels)} labels for {len(reports)} reports")
+        raise ConfigError(f"got {len(labels)} labels for {len(reports)} reports")
     groups = list(range(len(reports))) if groups is None else list(groups)
     if len(groups) != len(reports):
-        raise ValueError(f"got {len(groups)} groups for {len(reports)} reports")
+        raise ConfigError(f"got {len(groups)} groups for {len(reports)} reports")
 
     strata, skipped, pairs, kept = [], [], [], []
     for label, r, g in zip(labels, reports, groups):
         m = r.measures.get(measure)
         if m is None:
-            raise ValueError(f"report {label!r} has no {measure!r} measure (estimator {r.estimator!r}); "
+            raise ConfigError(f"report {label!r} has no {measure!r} measure (estimator {r.estimator!r}); "
                              f"choose a measure it has: {[k for k in r.measures if k != 'individual']}")
         x, y = r.individual.means, m.means
         c = correlation(x, y, statistic, seed=seed)
@@ -131,7 +132,7 @@ def pooled_test(
         pairs.append((x, y))
         kept.append(g)
     if not strata:
-        raise ValueError("no informative setting: every report has a constant ranking")
+        raise ConfigError("no informative setting: every report has a constant ranking")
     t = grouped_permutation_test(pairs, kept, statistic=statistic, alternative=alternative, draws=draws, seed=seed,
                                  exact=exact)
     return PooledTest(measure, statistic, alternative, t["observed"], t["p_value"], t["exact"], t["draws"],

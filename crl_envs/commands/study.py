@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from crl_envs.cli import SUBCOMMANDS
+from crl_envs.commands import SUBCOMMANDS
 
 HELP = "run a study config (pools x protocols x tasks, trainers): resumable; prints the paper's tables"
 

@@ -1,12 +1,14 @@
-"""The ``crl-envs`` command line.
+"""The ``crl-envs`` command line: the interface layer, every subcommand in this package
+(``play`` here, ``value`` in :mod:`crl_envs.commands.value`, ``study`` in :mod:`crl_envs.commands.study`).
 
 Subcommands register themselves in :data:`SUBCOMMANDS` (``name -> (add_arguments, run, help)``).
 Subcommands of other packages are listed in :data:`PLUGINS` (``name -> (module, help)``); a plugin's
 module is imported only when its subcommand is chosen, so ``crl-envs --help`` and a mistyped
 command answer at once, without importing torch or transformers.
 
-Errors a user can fix (bad options, missing files, an unreachable hub, ...) print one line and exit
-with status 2; ``CRL_ENVS_TRACEBACK=1`` shows the full traceback instead. Usage errors are one line too,
+Errors a user can fix (the library's :class:`~crl_kit.errors.CrlEnvsError`: bad options, unknown names;
+and ``OSError``: missing files, an unreachable hub, ...) print one line and exit with status 2;
+``CRL_ENVS_TRACEBACK=1`` shows the full traceback instead. Any other exception is a bug: its traceback. Usage errors are one line too,
 without the usage text, and a mistyped option names the closest one (:class:`CommandParser`).
 """
 
@@ -18,16 +20,21 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from crl_kit.errors import ConfigError, CrlEnvsError
+from crl_kit.validation import close_match, did_you_mean
+
 Subcommand = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
 SUBCOMMANDS: dict[str, Subcommand] = {}
 #: Subcommands defined elsewhere: ``name -> (module that registers it in SUBCOMMANDS, help)``.
 PLUGINS: dict[str, tuple[str, str]] = {
-    "value": ("crl_envs.valuation.cli",
+    "value": ("crl_envs.commands.value",
               "value a pool's models: individual vs LOO/Shapley/Banzhaf, table + JSON + PNG"),
-    "study": ("crl_envs.study.cli", "run a study config: pools x protocols x tasks, trainers; prints the paper's tables"),
+    "study": ("crl_envs.commands.study", "run a study config: pools x protocols x tasks, trainers; prints the paper's tables"),
 }
-#: What a user can fix from the message alone: shown as one line (exit status 2).
-USER_ERRORS = (ValueError, TypeError, KeyError, OSError, ImportError, RuntimeError)
+#: What a user can fix from the message alone, shown as one line (exit status 2): the library's errors
+#: (:mod:`crl_kit.errors`) and the operating system's (a missing file, an unwritable directory, an
+#: unreachable server). Anything else is a bug and shows its traceback.
+USER_ERRORS = (CrlEnvsError, OSError)
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -53,15 +60,13 @@ class CommandParser(argparse.ArgumentParser):
 
     def error_unknown(self, extras: Sequence[str]) -> None:
         """Exit with one line for arguments this parser does not take, suggesting a close option."""
-        import difflib
-
         options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
         flags = [word for word in extras if word.startswith("-")]
         if not flags:
             self.error(f"unexpected argument {extras[0]!r}")
         word = flags[0].split("=", 1)[0]
-        close = difflib.get_close_matches(word, options, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        close = close_match(word, options)
+        hint = f" (did you mean {close}?)" if close else ""
         self.error(f"unknown option {word}{hint}")
 
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
@@ -171,7 +176,7 @@ def parse_options(pairs: Sequence[str], flag: str = "--option") -> dict:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"{flag} expects KEY=VALUE, got {pair!r} (e.g. {flag} rounds=3)")
+            raise ConfigError(f"{flag} expects KEY=VALUE, got {pair!r} (e.g. {flag} rounds=3)")
         try:
             out[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -205,7 +210,7 @@ def _run_play(args: argparse.Namespace) -> int:
         backend = play_backend(args.backend, args.n)
         spec = "pretrained" if backend == "hf" else f"pretrained-{backend}"
     elif args.backend != "auto":
-        raise ValueError(f"--backend {args.backend} applies to --pool pretrained only; for other pools name the "
+        raise ConfigError(f"--backend {args.backend} applies to --pool pretrained only; for other pools name the "
                          "backend in the spec (e.g. --pool 'pretrained:gemma-3-270m?backend=vllm')")
     pool = build_pool(spec)
     t0 = time.perf_counter()
@@ -245,12 +250,14 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 
 def _describe(error: BaseException) -> str:
-    """One line for ``error``: its message, with the exception's name where the message alone is unclear."""
+    """One line for ``error``: its message, with the exception's name where the message alone is unclear
+    (a library error is named by the built-in kind it subclasses: ``TypeError``, not ``ConfigTypeError``)."""
     text = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, KeyError) and error.args:
-        text = str(error.args[0])
-    if isinstance(error, (OSError, TypeError, ImportError)) and type(error).__name__ not in text:
-        text = f"{type(error).__name__}: {text}"
+    named = (OSError, TypeError, ImportError)
+    if isinstance(error, named):
+        kind = next(c for c in type(error).__mro__ if issubclass(c, named) and not issubclass(c, CrlEnvsError))
+        if kind.__name__ not in text:
+            text = f"{kind.__name__}: {text}"
     return text
 
 
@@ -271,10 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     traceback_wanted = os.environ.get("CRL_ENVS_TRACEBACK", "") not in ("", "0")
     known = list(dict.fromkeys([*SUBCOMMANDS, *PLUGINS]))
     if command is not None and command not in known:
-        import difflib
-
-        close = difflib.get_close_matches(command, known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(command, known)
         print(f"crl-envs: error: unknown command {command!r}{hint}; commands: {', '.join(known)} "
               "(crl-envs --help)", file=sys.stderr)
         return 2
@@ -309,8 +313,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"crl-envs {args.command}: error: {_describe(e)}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":  # python -m crl_envs.cli: run the imported module, whose SUBCOMMANDS plugins fill
-    from crl_envs.cli import main as _main
-
-    sys.exit(_main())

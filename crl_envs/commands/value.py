@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from crl_envs.cli import (
+from crl_envs.commands import (
     SUBCOMMANDS,
     add_task_arguments,
     build_pool,
@@ -23,6 +23,7 @@ from crl_envs.cli import (
     task_options,
     writable_dir,
 )
+from crl_kit.errors import ConfigError
 
 DEFAULT_QUESTIONS = 200
 """Exact valuation of the 5-model zoo under debate at 50 questions: ~4 CPU-minutes on this 2-core
@@ -73,16 +74,16 @@ def ci_level(text: str) -> float:
 def check_arguments(args: argparse.Namespace) -> None:
     """The checks that need no model, task or valuation module: they fail before anything loads."""
     if args.n < 1:
-        raise ValueError(f"--n must be >= 1, got {args.n}")
+        raise ConfigError(f"--n must be >= 1, got {args.n}")
     sampled = args.estimator in ("permutation", "antithetic")
     if sampled and args.budget is None:
-        raise ValueError(f"--estimator {args.estimator} needs --budget N, the number of permutations (e.g. --budget 200)")
+        raise ConfigError(f"--estimator {args.estimator} needs --budget N, the number of permutations (e.g. --budget 200)")
     if not sampled and args.budget is not None:
-        raise ValueError(f"--budget only applies to --estimator permutation or antithetic, not {args.estimator}")
+        raise ConfigError(f"--budget only applies to --estimator permutation or antithetic, not {args.estimator}")
     if sampled and args.budget < 2:
-        raise ValueError(f"--budget must be >= 2 permutations (e.g. --budget 200), got {args.budget}")
+        raise ConfigError(f"--budget must be >= 2 permutations (e.g. --budget 200), got {args.budget}")
     if args.estimator == "antithetic" and args.budget % 2:
-        raise ValueError(f"--estimator antithetic pairs each permutation with its reverse: --budget must be even, "
+        raise ConfigError(f"--estimator antithetic pairs each permutation with its reverse: --budget must be even, "
                          f"got {args.budget}")
     writable_dir(args.out)
 

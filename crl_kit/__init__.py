@@ -1,0 +1,7 @@
+"""The project's bottom layer: its error types (:mod:`crl_kit.errors`) and shared checks
+(:mod:`crl_kit.validation`).
+
+A package of its own, below ``agents``, ``crl_envs`` and ``trainers``, so that each of them (``agents``
+included, which imports nothing of ``crl_envs``) raises the same errors and words its checks the same
+way. It imports nothing of the project, and nothing here is imported by ``import crl_kit``.
+"""
