@@ -15,7 +15,16 @@
 
 from agents.base import Agent, Generation, Message, Request, SamplingParams, sample_n, stable_hash
 from agents.hf import HFAgent
-from agents.pool import Pool, backend_names, from_spec, pool, pool_names, register_backend, register_pool
+from agents.pool import (
+    Pool,
+    agent_class,
+    backend_names,
+    from_spec,
+    pool,
+    pool_names,
+    register_backend,
+    register_pool,
+)
 from agents.scripted import ScriptedAgent
 
 
@@ -37,17 +46,22 @@ def _llamacpp_from_spec(target: str) -> Agent:
     return LlamaCppAgent.from_spec(target)
 
 
-register_backend("hf", HFAgent.from_spec)
-register_backend("openai", _openai_from_spec)
-register_backend("vllm", _vllm_from_spec)
-register_backend("llamacpp", _llamacpp_from_spec)
+def _lazy_class(name: str):
+    """``target -> the backend's class``, importing its module (never its library) on first ask."""
+    return lambda target: __getattr__(name)
+
+
+register_backend("hf", HFAgent.from_spec, lambda target: HFAgent)
+register_backend("openai", _openai_from_spec, _lazy_class("OpenAIAgent"))
+register_backend("vllm", _vllm_from_spec, _lazy_class("VLLMAgent"))
+register_backend("llamacpp", _llamacpp_from_spec, _lazy_class("LlamaCppAgent"))
 import agents.zoo  # noqa: E402,F401  (registers agents.pool("zoo") and "zoo:<name>"; models load on first use)
 from agents import pretrained as _pretrained  # noqa: E402  (light: loads nothing until asked)
 
-register_pool("pretrained", _pretrained.load)
-register_pool("pretrained-llamacpp", lambda: _pretrained.load(backend="llamacpp"))
-register_pool("pretrained-vllm", lambda: _pretrained.load(backend="vllm"))
-register_backend("pretrained", _pretrained.agent_from_spec)
+for _backend, _pool_name in (("hf", "pretrained"), ("llamacpp", "pretrained-llamacpp"), ("vllm", "pretrained-vllm")):
+    register_pool(_pool_name, lambda _backend=_backend: _pretrained.load(backend=_backend),
+                  lambda _backend=_backend: _pretrained._backend_class(_backend))
+register_backend("pretrained", _pretrained.agent_from_spec, _pretrained.class_of_spec)
 
 _LAZY = {"OpenAIAgent": "agents.openai", "VLLMAgent": "agents.vllm", "LlamaCppAgent": "agents.llamacpp"}
 
@@ -64,5 +78,5 @@ def __getattr__(name: str):
 __all__ = [
     "Agent", "Generation", "Message", "Request", "SamplingParams", "sample_n", "stable_hash",
     "HFAgent", "OpenAIAgent", "VLLMAgent", "LlamaCppAgent", "ScriptedAgent", "Pool", "pool", "from_spec", "register_backend",
-    "register_pool", "pool_names", "backend_names",
+    "register_pool", "pool_names", "backend_names", "agent_class",
 ]

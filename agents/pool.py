@@ -9,18 +9,55 @@ from crl_kit.errors import ConfigError, ConfigTypeError
 from crl_kit.validation import did_you_mean
 
 SpecFactory = Callable[[str], Agent]
+#: What a backend's spec target builds, without building it: ``target -> agent class``.
+ClassOfTarget = Callable[[str], "type[Agent]"]
 _BACKENDS: dict[str, SpecFactory] = {}
+_BACKEND_CLASSES: dict[str, ClassOfTarget] = {}
 _NAMED_POOLS: dict[str, Callable[[], list[Agent]]] = {}
+_POOL_CLASSES: dict[str, Callable[[], type[Agent]]] = {}
 
 
-def register_backend(prefix: str, factory: SpecFactory) -> None:
-    """Make spec strings ``"<prefix>:<rest>"`` build ``factory(rest)``."""
+def register_backend(prefix: str, factory: SpecFactory, agent_class: ClassOfTarget | None = None) -> None:
+    """Make spec strings ``"<prefix>:<rest>"`` build ``factory(rest)``; ``agent_class(rest)`` names the
+    class that will be built (cheaply: it may import the backend's module, never load a model), so a plan
+    can read the class's properties (``Agent.deterministic``) before anything is built."""
     _BACKENDS[prefix] = factory
+    if agent_class is not None:
+        _BACKEND_CLASSES[prefix] = agent_class
 
 
-def register_pool(name: str, factory: Callable[[], list[Agent]]) -> None:
-    """Make ``agents.pool(name)`` build the agents ``factory()`` returns (e.g. ``"zoo"``)."""
+def register_pool(name: str, factory: Callable[[], list[Agent]],
+                  agent_class: Callable[[], type[Agent]] | None = None) -> None:
+    """Make ``agents.pool(name)`` build the agents ``factory()`` returns (e.g. ``"zoo"``);
+    ``agent_class()`` names the class of every member, as for :func:`register_backend`."""
     _NAMED_POOLS[name] = factory
+    if agent_class is not None:
+        _POOL_CLASSES[name] = agent_class
+
+
+def agent_class(entry: str) -> type[Agent]:
+    """The class of agent a named pool's members or a spec string will be, without building one:
+    :class:`Agent` itself when the backend did not say (so a plan assumes only what every agent does).
+
+    Example:
+        >>> import agents
+        >>> agents.agent_class("zoo").__name__, agents.agent_class("openai:http://h/v1#m").__name__
+        ('HFAgent', 'OpenAIAgent')
+        >>> agents.agent_class("pretrained:gemma-3-270m?backend=vllm").deterministic
+        False
+
+    Raises:
+        ConfigError: ``entry`` is neither a named pool nor a ``<backend>:<target>`` spec.
+    """
+    if entry in _NAMED_POOLS:
+        return _POOL_CLASSES[entry]() if entry in _POOL_CLASSES else Agent
+    if not isinstance(entry, str) or ":" not in entry:
+        raise _unknown_pool_error(entry)
+    prefix, rest = entry.split(":", 1)
+    if prefix not in _BACKENDS:
+        raise ConfigError(f"unknown agent backend {prefix!r} in spec {entry!r}{did_you_mean(prefix, _BACKENDS)}; "
+                          f"known backends: {sorted(_BACKENDS)}")
+    return _BACKEND_CLASSES[prefix](rest) if prefix in _BACKEND_CLASSES else Agent
 
 
 def pool_names() -> list[str]:

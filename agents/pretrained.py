@@ -133,10 +133,8 @@ def load(names: list[str] | tuple[str, ...] | None = None, *, backend: str = "hf
     return [_build(n, backend, {"name": n, **options}) for n in chosen]
 
 
-def agent_from_spec(target: str) -> Agent:
-    """``agents.from_spec("pretrained:<name>[?dtype=...&device=...]")``: one pretrained model;
-    ``?backend=llamacpp[&n_threads=2]`` runs it through llama.cpp, ``?backend=vllm[&max_model_len=2048]``
-    through vLLM's engine, instead of transformers."""
+def _parse_spec(target: str) -> tuple[str, str, dict]:
+    """``"<name>[?backend=...&...]"`` as ``(name, backend, options)``, checked against the backend's options."""
     from agents.spec_options import split_options
 
     classes = {b: _backend_class(b) for b in BACKENDS}  # importing a backend's module loads no library
@@ -150,7 +148,20 @@ def agent_from_spec(target: str) -> Agent:
     if foreign:
         raise ConfigError(f"pretrained spec option(s) {foreign} in 'pretrained:{target}' are not options of "
                          f"backend={backend}; its options: {sorted(own)}")
-    options.setdefault("name", name)
     if name not in NAMES:
         raise ConfigError(f"unknown pretrained model {name!r} in 'pretrained:{target}'; known: {list(NAMES)}")
+    return name, backend, options
+
+
+def agent_from_spec(target: str) -> Agent:
+    """``agents.from_spec("pretrained:<name>[?dtype=...&device=...]")``: one pretrained model;
+    ``?backend=llamacpp[&n_threads=2]`` runs it through llama.cpp, ``?backend=vllm[&max_model_len=2048]``
+    through vLLM's engine, instead of transformers."""
+    name, backend, options = _parse_spec(target)
+    options.setdefault("name", name)
     return _build(name, backend, options)
+
+
+def class_of_spec(target: str) -> type[Agent]:
+    """The class :func:`agent_from_spec` builds for ``target``, without building it."""
+    return _backend_class(_parse_spec(target)[1])

@@ -120,6 +120,32 @@ def test_only_deterministic_agents_are_memoised():
     assert played["sure"] == played["unsure"]
 
 
+@pytest.mark.parametrize("entry", ["zoo", "zoo-specialists", "zoo:zoo-nocarry", "openai:http://127.0.0.1:9/v1#m",
+                                   "pretrained:gemma-3-270m?backend=vllm", "vllm:some/model", "pretrained-vllm",
+                                   "llamacpp:x.gguf", "pretrained-llamacpp"])
+def test_the_planned_memo_reads_the_class_the_spec_builds(entry):
+    """The dry run's memo rule is the runner's (``Agent.deterministic`` of the built agent's class), read
+    from the backend registry before anything is built; where building is cheap, it is checked against
+    the built agent's class."""
+    from crl_envs.valuation.cost import memoised_models
+
+    cls = agents.agent_class(entry)
+    assert memoised_models(entry, 2) == [cls.deterministic] * 2
+    if entry.startswith(("zoo", "openai")):
+        built = agents.pool(entry)
+        assert {type(a) for a in built.values()} == {cls}
+    expected = {"zoo": "HFAgent", "openai": "OpenAIAgent", "vllm": "VLLMAgent", "llamacpp": "LlamaCppAgent"}
+    assert cls.__name__ == next(v for k, v in expected.items() if k in entry)
+    assert memoised_models([entry, {"expert": 0.8}], 2) == [cls.deterministic, ScriptedAgent.deterministic]
+
+
+def test_agent_class_of_a_bad_entry_is_one_line():
+    with pytest.raises(ValueError, match="unknown agent backend 'hff'.*did you mean 'hf'"):
+        agents.agent_class("hff:gpt2")
+    with pytest.raises(ValueError, match="unknown pool or malformed agent spec 'zooo'"):
+        agents.agent_class("zooo")
+
+
 def test_memo_drops_the_oldest_and_returns_copies():
     memo = RequestMemo(max_entries=2)
     gen = agents.Generation("a", token_ids=[1, 2])

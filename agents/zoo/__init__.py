@@ -123,11 +123,17 @@ def _agent_from_spec(name: str):
     return load([name])["model_0"]
 
 
-register_pool("zoo", agents_list)
+def _hf_class(*_: str):
+    from agents.hf import HFAgent
+
+    return HFAgent
+
+
+register_pool("zoo", agents_list, _hf_class)
 for _pool in POOLS3:
-    register_pool(_pool, lambda _pool=_pool: agents_list(_pool))
-register_pool("zoo-pretrained", _pretrained_pool)
-register_backend("zoo", _agent_from_spec)
+    register_pool(_pool, lambda _pool=_pool: agents_list(_pool), _hf_class)
+register_pool("zoo-pretrained", _pretrained_pool, _hf_class)
+register_backend("zoo", _agent_from_spec, _hf_class)
 
 __all__ = ["NAMES", "NAMES3", "POOLS", "POOL_SHAPES", "TASK", "TASK_OPTIONS", "TASKS3", "MODELS_DIR", "MODELS3_DIR",
            "load", "model_dir", "agents_list"]

@@ -151,16 +151,13 @@ def _count(groups: Any, pool: Pool, task: Task, memo: RequestMemo) -> int:
 
 
 def memoised_models(pool: Any, n: int) -> list[bool]:
-    """Whether each model of a study's pool description is memoised, without building it: a named
-    pool or spec string whose backend sets ``Agent.deterministic`` (HF, the zoo, llama.cpp); scripted
-    experts (dicts), ``vllm:`` and ``openai:`` models are not. ``n`` is the pool's size."""
+    """Whether each model of a study's pool description is memoised, without building it: the class a
+    named pool or spec string builds (:func:`agents.agent_class`) sets ``Agent.deterministic``, the rule
+    the runner's memo reads; scripted experts (dicts) are :class:`agents.ScriptedAgent`. ``n`` is the
+    pool's size."""
+    from agents import ScriptedAgent, agent_class
+
     def one(entry: Any) -> bool:
-        if not isinstance(entry, str):
-            return False
-        if "vllm" in entry:
-            return False
-        backend = entry.split(":", 1)[0]
-        return backend in ("hf", "zoo", "llamacpp", "pretrained", "pretrained-llamacpp") or (
-            ":" not in entry and entry.startswith("zoo"))
+        return bool((agent_class(entry) if isinstance(entry, str) else ScriptedAgent).deterministic)
 
     return [one(pool)] * n if isinstance(pool, str) else [one(m) for m in pool]
