@@ -433,10 +433,9 @@ class PolicyGradientTrainer(abc.ABC):
         self.eval_sampling = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
         for j in ids:
             state = self._states[j]
-            if state.adapter is None:
-                state.rollout_policy = self._make_rollout_policy(rollout_policies.get(j), state.policy)
-            else:
-                state.rollout_policy = self._make_adapter_rollout_policy(rollout_policies.get(j), state.policy)
+            adapter = state.adapter is not None
+            state.rollout_policy = self._make_rollout_policy(rollout_policies.get(j), state.policy, adapter=adapter)
+            if adapter:
                 state.stale = state.rollout_policy is not state.policy  # serve the adapter from the first rollout
         served = [id(s.rollout_policy) for s in self._states.values()]
         if shared and len(set(served)) < len(served):
@@ -737,45 +736,36 @@ class PolicyGradientTrainer(abc.ABC):
                                protocol_options=self.config.protocol_options, seed=self.config.seed)
 
     # ------------------------------------------------------------------ rollouts on another engine
-    def _make_rollout_policy(self, rollout_policy: Agent | str | None, policy: Agent) -> Agent:
+    def _make_rollout_policy(self, rollout_policy: Agent | str | None, policy: Agent, *, adapter: bool) -> Agent:
+        """The agent that plays ``policy`` in rollouts: the policy itself (``None``); for ``"vllm"`` an engine
+        on the learner's directory, synced by ``load_weights`` (the weights, LoRA merged in), or with
+        ``lora_shared_base`` (``adapter``) on the learners' base with LoRA on and ``max_loras`` = the number
+        of learners, so every adapter stays resident, synced by ``set_lora``; or a given agent that has that
+        sync method."""
         if rollout_policy is None:
             return policy
-        if rollout_policy == "vllm":
-            from agents.vllm import VLLMAgent
-
-            source = getattr(policy.model, "name_or_path", None) or policy.model.config._name_or_path
-            if not source or not Path(source).is_dir():
-                raise ConfigError(f"rollout_policy='vllm' needs the learner loaded from a model directory, got "
-                                 f"{source!r}; pass rollout_policy=VLLMAgent(<directory>, share_engine=False)")
-            return VLLMAgent(source, name=policy.name, share_engine=False)
-        if isinstance(rollout_policy, str):
-            raise ConfigError(f"rollout_policy must be an agent with load_weights or 'vllm', got {rollout_policy!r}")
-        if not callable(getattr(rollout_policy, "load_weights", None)):
-            raise ConfigTypeError(f"rollout_policy {rollout_policy!r} has no load_weights(): the learner's new weights could "
-                            "not reach it after each step; pass an agents.VLLMAgent")
-        return rollout_policy
-
-    def _make_adapter_rollout_policy(self, rollout_policy: Agent | str | None, policy: Agent) -> Agent:
-        """``lora_shared_base``: the agent that serves ``policy``'s adapter in rollouts: the policy itself, or
-        a vLLM agent on the base model with LoRA on (``"vllm"``: all learners on one engine with
-        ``max_loras`` = the number of learners, so every adapter stays resident)."""
-        if rollout_policy is None:
-            return policy
-        k = len(self.learners)
+        sync = "set_lora" if adapter else "load_weights"
         if rollout_policy == "vllm":
             from agents.vllm import VLLMAgent, lora_rank_slot
 
-            source = policy.model.get_base_model().config._name_or_path
+            model = policy.model.get_base_model() if adapter else policy.model
+            source = getattr(model, "name_or_path", None) or model.config._name_or_path
             if not source or not Path(source).is_dir():
-                raise ConfigError(f"rollout_policy='vllm' needs the learners' base loaded from a model directory, got "
-                                 f"{source!r}; pass rollout_policy={{id: VLLMAgent(<directory>, enable_lora=True)}}")
-            return VLLMAgent(source, name=policy.name, enable_lora=True, max_loras=k,
-                             max_lora_rank=lora_rank_slot(self.config.lora.r))
+                whose, fix = (("learners' base", "{id: VLLMAgent(<directory>, enable_lora=True)}") if adapter else
+                              ("learner", "VLLMAgent(<directory>, share_engine=False)"))
+                raise ConfigError(f"rollout_policy='vllm' needs the {whose} loaded from a model directory, got "
+                                  f"{source!r}; pass rollout_policy={fix}")
+            if adapter:
+                return VLLMAgent(source, name=policy.name, enable_lora=True, max_loras=len(self.learners),
+                                 max_lora_rank=lora_rank_slot(self.config.lora.r))
+            return VLLMAgent(source, name=policy.name, share_engine=False)
         if isinstance(rollout_policy, str):
-            raise ConfigError(f"rollout_policy must be an agent with set_lora or 'vllm', got {rollout_policy!r}")
-        if not callable(getattr(rollout_policy, "set_lora", None)):
-            raise ConfigTypeError(f"rollout_policy {rollout_policy!r} has no set_lora(): with lora_shared_base each learner's "
-                            "adapter is served by path after each step; pass an agents.VLLMAgent with enable_lora=True")
+            raise ConfigError(f"rollout_policy must be an agent with {sync} or 'vllm', got {rollout_policy!r}")
+        if not callable(getattr(rollout_policy, sync, None)):
+            why = ("with lora_shared_base each learner's adapter is served by path after each step; pass an "
+                   "agents.VLLMAgent with enable_lora=True") if adapter else \
+                ("the learner's new weights could not reach it after each step; pass an agents.VLLMAgent")
+            raise ConfigTypeError(f"rollout_policy {rollout_policy!r} has no {sync}(): {why}")
         return rollout_policy
 
     def sync_rollout_policy(self, force: bool = False) -> bool:
