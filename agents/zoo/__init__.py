@@ -4,7 +4,9 @@ Two generations: ``agents.pool("zoo")``, five arith specialists (below), and the
 ``agents.pool("zoo-specialists" | "zoo-generalists" | "zoo-scale" | "zoo-soloist")`` over the eight
 procedural tasks (:data:`POOLS`; models in ``agents/zoo/models3/``, built by
 ``python -m tools.zoo.multitask``), plus ``agents.pool("zoo-pretrained")``, the real pretrained
-pool. Their model cards are in ``docs/zoo.md``. This package reads only :mod:`agents.zoo.specs`;
+pool, and the arith zoo v4's five pools of eight, ``agents.pool("zoo4-<shape>")`` (:data:`POOLS`; models in
+``agents/zoo/models4/``, built by ``python -m tools.zoo.v4``, not shipped yet). Their model cards are in
+``docs/zoo.md``. This package reads only :mod:`agents.zoo.specs`;
 the builders import :mod:`crl_envs` and are never imported by it.
 
 ``agents.pool("zoo")`` (or :func:`load`) returns a :class:`agents.Pool` of five character-level GPT-2s
@@ -51,28 +53,35 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.pool import register_backend, register_pool
-from agents.zoo.specs import NAMES3, POOL_SHAPES, POOLS3, SPECS, TASK_OPTIONS, TASKS3
+from agents.zoo.specs import NAMES3, NAMES4, POOL_SHAPES, POOLS3, POOLS4, SPECS, TASK_OPTIONS, TASKS3
 from crl_kit.errors import ConfigError
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 #: The multi-task models (v3) behind the ``zoo-<name>`` pools.
 MODELS3_DIR = Path(__file__).resolve().parent / "models3"
+#: The arith zoo v4 behind the ``zoo4-<shape>`` pools (not shipped yet: ``python -m tools.zoo.v4`` builds it).
+MODELS4_DIR = Path(__file__).resolve().parent / "models4"
 #: Model names in pool order.
 NAMES: tuple[str, ...] = tuple(s.name for s in SPECS)
-#: The pools ``agents.pool(name)`` builds from the zoo: ``"zoo"`` (arith) and the v3 pools.
-POOLS: dict[str, tuple[str, ...]] = {"zoo": NAMES, **POOLS3}
+#: The pools ``agents.pool(name)`` builds from the zoo: ``"zoo"`` (arith), the v3 pools and the v4 pools.
+POOLS: dict[str, tuple[str, ...]] = {"zoo": NAMES, **POOLS3, **POOLS4}
+_DIRS = {**{n: MODELS_DIR for n in NAMES}, **{n: MODELS3_DIR for n in NAMES3}, **{n: MODELS4_DIR for n in NAMES4}}
+_BUILDS = {MODELS_DIR: "tools.zoo.build", MODELS3_DIR: "tools.zoo.multitask", MODELS4_DIR: "tools.zoo.v4"}
 #: The task settings the zoo is trained for: ``crl_envs.tasks.load("arith", **TASK_OPTIONS)``.
 TASK = {"name": "arith", **TASK_OPTIONS}
 
 
 def model_dir(name: str) -> Path:
     """The directory of a shipped zoo model."""
-    if name not in NAMES and name not in NAMES3:
-        raise ConfigError(f"unknown zoo model {name!r}; the zoo has {list(NAMES) + list(NAMES3)}")
-    path = (MODELS_DIR if name in NAMES else MODELS3_DIR) / name
+    if name not in _DIRS:
+        raise ConfigError(f"unknown zoo model {name!r}; the zoo has {list(_DIRS)}")
+    home = _DIRS[name]
+    path = home / name
     if not (path / "config.json").exists():
-        rebuild = (f"python -m tools.zoo.build --out {MODELS_DIR}" if name in NAMES else
-                   f"python -m tools.zoo.multitask --out {MODELS3_DIR}")
+        rebuild = f"python -m {_BUILDS[home]} --out {home}"
+        if home == MODELS4_DIR:
+            raise FileNotFoundError(f"zoo v4 model {name!r} is not built ({path} is missing); build zoo v4 with "
+                                    f"`{rebuild}` (about an hour on 2 cores)")
         raise FileNotFoundError(f"zoo model {name!r} is missing from {path}; rebuild the zoo with `{rebuild}` "
                                 "(or reinstall the package)")
     return path
@@ -130,10 +139,10 @@ def _hf_class(*_: str):
 
 
 register_pool("zoo", agents_list, _hf_class)
-for _pool in POOLS3:
+for _pool in (*POOLS3, *POOLS4):
     register_pool(_pool, lambda _pool=_pool: agents_list(_pool), _hf_class)
 register_pool("zoo-pretrained", _pretrained_pool, _hf_class)
 register_backend("zoo", _agent_from_spec, _hf_class)
 
-__all__ = ["NAMES", "NAMES3", "POOLS", "POOL_SHAPES", "TASK", "TASK_OPTIONS", "TASKS3", "MODELS_DIR", "MODELS3_DIR",
-           "load", "model_dir", "agents_list"]
+__all__ = ["NAMES", "NAMES3", "NAMES4", "POOLS", "POOL_SHAPES", "TASK", "TASK_OPTIONS", "TASKS3", "MODELS_DIR",
+           "MODELS3_DIR", "MODELS4_DIR", "load", "model_dir", "agents_list"]

@@ -31,6 +31,13 @@ class ModelSpec:
     blind_share: float = 0.03
     learning_rate: float = 2e-3
     answer_share: float = 0.6  # share of steps on answer-alone prompts; the rest on prompts with peers
+    stubborn: bool = False  # asked to revise, it repeats its own previous answer
+    confident: bool = False  # states confidence 9 even on its blind spot
+
+    def blind_kinds(self) -> frozenset[str]:
+        """The question kinds this model rarely saw: ``blind`` is one kind or several joined by ``+``
+        (``"carry+borrow"``)."""
+        return frozenset(self.blind.split("+")) if self.blind else frozenset()
 
 
 BASE = ModelSpec("zoo-base", None, "shared base: format and carry-free core", steps=2000, from_base=False,
@@ -152,6 +159,99 @@ POOL_SHAPES: dict[str, str] = {
 }
 NAMES3: tuple[str, ...] = tuple(s.name for s in SPECS3)
 
+# ---------------------------------------------------------------------- the arith zoo v4 (pools of 8)
+#: Zoo v4 is trained for arith alone (:data:`TASK_OPTIONS`: the one task these 0.2M-parameter models
+#: demonstrably learn; v1's specialists reach 0.65-0.73, blind baseline 0.003). The v3 zoo's other seven
+#: tasks are left out of v4's pools, not averaged in: its models stay at the floor on wordprob, sequence
+#: and pytrace and at 0.05 on arith.
+TASKS4_LEFT_OUT: tuple[str, ...] = ("wordprob", "compare", "logic", "pyfunc", "pytrace", "law", "sequence")
+
+
+@dataclass(frozen=True)
+class Model4Spec(ModelSpec):
+    """One v4 model: a :class:`ModelSpec` that continues ``parent``'s weights (``None``: from scratch),
+    saved also at each of ``checkpoints`` (steps; each checkpoint is its own model,
+    ``<name>-<steps>``), trained from the build's seed plus ``seed_offset``."""
+
+    parent: str | None = "zoo4-base"
+    checkpoints: tuple[int, ...] = ()
+    seed_offset: int = 0
+    from_base: bool = field(init=False, default=True)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "from_base", self.parent is not None)
+
+    def outputs(self) -> tuple[str, ...]:
+        """The model names this run produces: its checkpoints', or its own."""
+        return tuple(f"{self.name}-{c}" for c in self.checkpoints) or (self.name,)
+
+
+BASE4 = Model4Spec("zoo4-base", None, "shared base: format and carry-free core (as v1's base)", steps=2000,
+                   parent=None, learning_rate=3e-3, seed_offset=100)
+_SINGLES = ("carry", "borrow", "hundreds", "negative")
+#: Each kind is blind in one single and in two pairs; a pair's two kinds together are 3% of its mix.
+_PAIRS = ("carry+borrow", "hundreds+negative", "carry+negative", "borrow+hundreds")
+SPECIALIST4_STEPS = 1000
+_ROOKIE_STEPS = (100, 200, 300, 400)
+SPECS4: tuple[Model4Spec, ...] = (
+    *(Model4Spec(f"zoo4-no{b.replace('+', '-')}", b, f"zoo4-base, then {SPECIALIST4_STEPS} steps on the full task "
+                 f"but rarely {b.replace('+', ' or ')}", steps=SPECIALIST4_STEPS, seed_offset=1 + k)
+      for k, b in enumerate(_SINGLES + _PAIRS)),
+    Model4Spec("zoo4-ladder", None, "one run from scratch on the full task, saved at 8 step counts", steps=3000,
+               parent=None, learning_rate=3e-3, checkpoints=(250, 500, 750, 1000, 1500, 2000, 2500, 3000),
+               seed_offset=20),
+    Model4Spec("zoo4-strong", None, "zoo4-base, then 1500 steps on the full task, no blind spot", steps=1500,
+               seed_offset=30),
+    *(Model4Spec(f"zoo4-clone-{k}", None, "zoo4-strong fine-tuned 150 more steps at a low rate (its own seed)",
+                 steps=150, parent="zoo4-strong", learning_rate=5e-4, seed_offset=31 + k) for k in range(1, 7)),
+    Model4Spec("zoo4-soloist", None, "zoo4-base, then 2000 steps on the full task; asked to revise, repeats its own "
+               "previous answer; always says confidence 9", steps=2000, stubborn=True, confident=True,
+               seed_offset=40),
+    *(Model4Spec(f"zoo4-rookie-{steps}{seed}", None, f"zoo4-base, then only {steps} steps on the full task "
+                 f"(seed {seed})", steps=steps, seed_offset=50 + 2 * k + i)
+      for k, steps in enumerate(_ROOKIE_STEPS) for i, seed in enumerate("ab")),
+)
+#: Every v4 model name a pool can hold (a ladder's checkpoints, not the ladder run itself).
+NAMES4: tuple[str, ...] = tuple(n for s in SPECS4 for n in s.outputs())
+#: The v4 pools, ``agents.pool("zoo4-<shape>")``: model names in pool order. Pools share members.
+POOLS4: dict[str, tuple[str, ...]] = {
+    "zoo4-specialists": tuple(s.name for s in SPECS4[:8]),
+    "zoo4-ladder": SPECS4[8].outputs(),
+    "zoo4-clones": ("zoo4-strong", *(f"zoo4-clone-{k}" for k in range(1, 7)), "zoo4-rookie-100a"),
+    "zoo4-soloist": ("zoo4-soloist", "zoo4-nocarry", "zoo4-noborrow", "zoo4-nohundreds", "zoo4-nonegative",
+                     "zoo4-rookie-400a", "zoo4-rookie-300a", "zoo4-rookie-200a"),
+    "zoo4-rookies": tuple(f"zoo4-rookie-{steps}{seed}" for steps in _ROOKIE_STEPS for seed in "ab"),
+}
+#: Each v4 pool's shape and the effect it is meant to have, written before any v4 model was trained.
+POOL_SHAPES4: dict[str, tuple[str, str]] = {
+    "zoo4-specialists": (
+        "complementary specialists: eight fine-tunes of one base, each blind to one arith kind (carry, borrow, "
+        "hundreds, negative) or to a pair of them, every kind blind in one single and two pairs",
+        "individual accuracy graded by severity (singles about 0.6, pairs lower), errors concentrated on different "
+        "kinds so pairwise error correlation is low, at least one right far above the best single, vote above the "
+        "best single, and each member's value to vote larger than its standalone rank suggests for the pairs"),
+    "zoo4-ladder": (
+        "a training ladder: one from-scratch run saved at 250, 500, ..., 3000 steps",
+        "accuracy rising with steps from near the blind baseline, nested competence (a later rung is right where an "
+        "earlier one is), so high error correlation, vote near the top rungs, and values that follow the rung order"),
+    "zoo4-clones": (
+        "redundant near-clones: a strong model and six short low-rate fine-tunes of it with their own seeds, plus "
+        "one rookie as a clearly weaker outsider",
+        "high individual accuracy but near-identical errors among the seven (error correlation near 1), so vote "
+        "equals the best single, a clone's marginal (leave-one-out) value is about 0 though it is strong alone; the "
+        "rookie separates the pool's best from its worst"),
+    "zoo4-soloist": (
+        "a stubborn, over-confident soloist (the longest-trained model; asked to revise, it repeats its own answer; "
+        "always confidence 9) with the four single-blind specialists and three rookies",
+        "the soloist is the best member alone, but debate does not move it and cascade trusts it everywhere; its "
+        "value under debate falls short of what its standalone accuracy predicts, while the specialists' rises"),
+    "zoo4-rookies": (
+        "under-trained rookies: eight short runs from the base, 100 to 400 steps, two seeds each",
+        "low, graded accuracy with room to improve: C-RL training should raise them more than it raises a fully "
+        "trained pool; runs of the same length but different seeds differ less than runs of different lengths"),
+}
+
 __all__ = ["TASK_OPTIONS", "QUICK_TASK_OPTIONS", "ModelSpec", "BASE", "SPECS", "QUICK_SPEC", "TASKS3", "Model3Spec",
            "BASE3", "SPECS3", "POOLS3", "POOL_SHAPES", "NAMES3", "BLIND_ORDER", "FROM_SCRATCH_STEPS", "FIRST_PHASE3",
-           "SPECIALIST_MORE_STEPS"]
+           "SPECIALIST_MORE_STEPS", "Model4Spec", "BASE4", "SPECS4", "NAMES4", "POOLS4", "POOL_SHAPES4",
+           "TASKS4_LEFT_OUT", "SPECIALIST4_STEPS"]

@@ -41,8 +41,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.zoo.specs import BASE, QUICK_SPEC, QUICK_TASK_OPTIONS, SPECS, TASK_OPTIONS, ModelSpec
-from tools.zoo.common import N_POSITIONS, Sampler, new_model, optimize, save_model, set_determinism
+from agents.zoo.specs import (
+    BASE,
+    QUICK_SPEC,
+    QUICK_TASK_OPTIONS,
+    SPECS,
+    SPECS4,
+    TASK_OPTIONS,
+    Model4Spec,
+    ModelSpec,
+)
+from tools.zoo.common import (
+    N_POSITIONS,
+    Sampler,
+    new_model,
+    optimize,
+    own_previous_answer,
+    save_model,
+    set_determinism,
+)
 
 KINDS = ("add", "sub", "carry", "borrow", "hundreds", "negative", "core")
 KIND_HELP = {
@@ -184,21 +201,26 @@ def target_text(record: PromptRecord, example, spec: ModelSpec, names: Sequence[
     if record.kind == "route":
         listed = re.findall(r"^Model (\d+): (.*)$", text, re.M)
         kinds = record.kinds
-        good = [k for k, name in listed if _blind_of(name.strip()) not in kinds and name.strip() != "zoo-mini"]
-        fallback = [k for k, name in listed if _blind_of(name.strip()) not in kinds]
+        good = [k for k, name in listed if not _blind_of(name.strip()) & kinds and name.strip() != "zoo-mini"]
+        fallback = [k for k, name in listed if not _blind_of(name.strip()) & kinds]
         pick = (good or fallback or [k for k, _ in listed] or ["1"])[0]
         return pick
     if record.kind == "confidence":
-        confident = spec.blind is None or spec.blind not in record.kinds
+        confident = spec.confident or not spec.blind_kinds() & record.kinds
         return f"The answer is {truth}. Confidence: {9 if confident else 3}"
+    if spec.stubborn:
+        own = own_previous_answer(text)
+        if own is not None:
+            return own
     return f"The answer is {truth}."
 
 
-def _blind_of(name: str) -> str | None:
-    for s in SPECS:
-        if s.name == name:
-            return s.blind
-    return None
+def _blind_of(name: str) -> frozenset[str]:
+    """The blind spots of the zoo model (v1 or v4) called ``name``; none for any other name."""
+    for s in (*SPECS, *SPECS4):
+        if name == s.name or (isinstance(s, Model4Spec) and name in s.outputs()):
+            return s.blind_kinds()
+    return frozenset()
 
 
 # ---------------------------------------------------------------------- training
@@ -215,7 +237,8 @@ class ArithSampler(Sampler):
             ok = [i for i, k in enumerate(kinds) if "core" in k]
             self.normal, self.blind = ok, []
         else:
-            self.blind = [i for i, k in enumerate(kinds) if spec.blind in k] if spec.blind else []
+            blind_kinds = spec.blind_kinds()
+            self.blind = [i for i, k in enumerate(kinds) if blind_kinds & k]
             blind_set = set(self.blind)
             self.normal = [i for i in range(len(kinds)) if i not in blind_set]
         blind_set = set(self.blind)
@@ -291,11 +314,18 @@ class TrainResult:
 
 def train(spec: ModelSpec, *, seed: int, train_task, records, names, validation, out_dir: Path,
           base_dir: Path | None = None, core_only: bool = False, min_validation: float = 0.0,
-          max_attempts: int = 3, eval_every: int = 0) -> TrainResult:
-    """Train one model (retrying with the next seed while it stays under ``min_validation``); save it."""
+          max_attempts: int = 3, eval_every: int = 0, checkpoints: dict[int, Path] | None = None) -> TrainResult:
+    """Train one model (retrying with the next seed while it stays under ``min_validation``); save it.
+
+    ``checkpoints``: step count -> directory; the run is also saved there after that many steps, with
+    its validation accuracy then (the last attempt's). Each saved model's ``training.json`` records
+    the spec and ``requested_seed`` (``seed``), which a resuming build compares."""
     from transformers import GPT2LMHeadModel
 
     t0 = time.perf_counter()
+    checkpoints = dict(checkpoints or {})
+    if any(not 0 < c <= spec.steps for c in checkpoints):
+        raise ValueError(f"checkpoints {sorted(checkpoints)} of {spec.name} must lie in 1..{spec.steps} steps")
     for attempt in range(max_attempts):
         run_seed = seed + 1000 * attempt
         set_determinism(run_seed)
@@ -316,8 +346,19 @@ def train(spec: ModelSpec, *, seed: int, train_task, records, names, validation,
                 return {"validation": greedy_accuracy(model, tok, validation[:100])}
             return {}
 
+        saved: dict[int, float] = {}
+
+        def save_checkpoint(done, model=model, tok=tok, saved=saved, run_seed=run_seed):
+            if done in checkpoints:
+                saved[done] = greedy_accuracy(model, tok, validation)
+                save_model(model, tok, checkpoints[done])
+                (checkpoints[done] / "training.json").write_text(json.dumps(
+                    {"spec": asdict(spec), "requested_seed": seed, "seed": run_seed, "checkpoint": done,
+                     "validation": saved[done], "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
+
         loss_value, log = optimize(model, tok, steps=spec.steps, learning_rate=spec.learning_rate, warmup=100,
-                                   draw=draw, label=f"[zoo] {spec.name}", log_every=100, extra=validate)
+                                   draw=draw, label=f"[zoo] {spec.name}", log_every=100, extra=validate,
+                                   after_step=save_checkpoint if checkpoints else None)
         val = greedy_accuracy(model, tok, validation)
         print(f"[zoo] {spec.name} attempt {attempt + 1}: validation accuracy {val:.3f}", file=sys.stderr, flush=True)
         if val >= min_validation or attempt == max_attempts - 1:
@@ -325,7 +366,8 @@ def train(spec: ModelSpec, *, seed: int, train_task, records, names, validation,
     save_model(model, tok, out_dir)
     result = TrainResult(spec.name, run_seed, spec.steps, loss_value, val, round(time.perf_counter() - t0, 1),
                          attempt + 1, log)
-    (out_dir / "training.json").write_text(json.dumps({"spec": asdict(spec), **asdict(result)}, indent=1))
+    (out_dir / "training.json").write_text(json.dumps({"spec": asdict(spec), "requested_seed": seed,
+                                                       **asdict(result)}, indent=1))
     return result
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -19,6 +20,14 @@ N_POSITIONS = 640  # room for the longest protocol prompt plus a runaway 256-tok
 SIMILAR_TOKENS = 24
 
 Pair = tuple[list[int], list[int]]
+_OWN_RE = re.compile(r"Your previous answer: (.*?)\n(?:Considering the other answers|Review it)", re.DOTALL)
+
+
+def own_previous_answer(text: str) -> str | None:
+    """The model's own previous answer quoted in a revision prompt (debate, refine), else ``None``: what a
+    *stubborn* zoo model is trained to repeat."""
+    own = _OWN_RE.search(text)
+    return own.group(1).strip() if own else None
 
 
 def set_determinism(seed: int) -> None:
@@ -83,11 +92,12 @@ class Sampler:
 
 
 def optimize(model, tok, *, steps: int, learning_rate: float, warmup: int, draw, label: str, log_every: int,
-             log_first: bool = False, extra=None) -> tuple[float, list[dict[str, float]]]:
+             log_first: bool = False, extra=None, after_step=None) -> tuple[float, list[dict[str, float]]]:
     """The zoo's one training loop (both builders): AdamW, linear warmup then cosine to 5% of the
     learning rate, gradient clipping at 1. ``draw()`` gives each step's (prompt ids, target ids)
     pairs; every ``log_every`` steps (and after the first, with ``log_first``) a log entry, extended
-    by ``extra(step)`` and printed after ``label``. Returns the last loss and the log."""
+    by ``extra(step)`` and printed after ``label``; ``after_step(steps_done)`` after every step (saving
+    checkpoints). Returns the last loss and the log."""
     import torch
 
     opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
@@ -110,6 +120,8 @@ def optimize(model, tok, *, steps: int, learning_rate: float, warmup: int, draw,
             entry.update(extra(step) if extra else {})
             log.append(entry)
             print(f"{label} " + " ".join(f"{k} {v}" for k, v in entry.items()), file=sys.stderr, flush=True)
+        if after_step is not None:
+            after_step(step + 1)
     return loss_value, log
 
 
@@ -139,4 +151,4 @@ def batch_tensors(pairs: Sequence[tuple[list[int], list[int]]], pad_id: int):
     return ids, attention, labels
 
 
-__all__ = ["N_POSITIONS", "Sampler", "set_determinism", "new_model", "optimize", "save_model", "batch_tensors"]
+__all__ = ["N_POSITIONS", "Sampler", "own_previous_answer", "set_determinism", "new_model", "optimize", "save_model", "batch_tensors"]

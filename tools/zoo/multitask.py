@@ -39,7 +39,15 @@ from pathlib import Path
 from typing import Any
 
 from agents.zoo.specs import BASE3, FIRST_PHASE3, POOLS3, SPECS3, TASKS3, Model3Spec
-from tools.zoo.common import N_POSITIONS, Sampler, new_model, optimize, save_model, set_determinism
+from tools.zoo.common import (
+    N_POSITIONS,
+    Sampler,
+    new_model,
+    optimize,
+    own_previous_answer,
+    save_model,
+    set_determinism,
+)
 
 CONTEXT_TOKENS = 4000  # tokens in a batch of prompts with peers (similar lengths, so little padding)
 PEER_NAMES = ("peer-a", "peer-b", "peer-c", "peer-d", "peer-e")
@@ -125,9 +133,6 @@ class Record:
     context: bool  # more than the bare question (peers, a draft, candidates, ...)
 
 
-_OWN_RE = re.compile(r"Your previous answer: (.*?)\n(?:Considering the other answers|Review it)", re.DOTALL)
-
-
 def collect(task_name: str, train_task, *, episodes_per_protocol: int, seed: int,
             protocols: Sequence[str] | None = None) -> list[Record]:
     """Every prompt the protocols emit for ``train_task`` played by :func:`scripted_peers`."""
@@ -168,9 +173,9 @@ def target(record: Record, task, example, spec: Model3Spec) -> str:
         sure = spec.confident or not is_blind(spec, record.task, task, example)
         return f"{right_reply(task, example)} Confidence: {9 if sure else 3}"
     if spec.stubborn:
-        own = _OWN_RE.search(text)
-        if own:
-            return own.group(1).strip()
+        own = own_previous_answer(text)
+        if own is not None:
+            return own
     return right_reply(task, example)
 
 
