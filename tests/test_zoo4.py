@@ -126,3 +126,20 @@ def test_pool_statistics_match_an_independent_computation():
 def test_unbuilt_v4_pool_names_its_build_command():
     with pytest.raises(FileNotFoundError, match=r"build zoo v4 with `python -m tools.zoo.v4 --out .*models4`"):
         agents.pool("zoo4-rookies")
+
+
+REPORT4 = MODELS4_DIR / "report4.json"
+
+
+@pytest.mark.skipif(not REPORT4.exists(), reason="zoo v4 is not built into agents/zoo/models4 yet")
+def test_the_cards_in_docs_are_the_reports():
+    """docs/zoo.md's v4 cards are ``markdown(report4.json)`` verbatim, and every pool the report measured
+    is the shipped pool with the shipped members."""
+    report = json.loads(REPORT4.read_text())
+    assert markdown_in_docs(v4.markdown(report))
+    assert {name: list(p["members"]) for name, p in report["pools"].items()} == \
+        {name: list(members) for name, members in POOLS4.items()}
+
+
+def markdown_in_docs(cards: str) -> bool:
+    return cards.strip() in (Path(__file__).resolve().parents[1] / "docs" / "zoo.md").read_text()
