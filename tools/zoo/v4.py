@@ -10,10 +10,10 @@ deterministic from ``--seed`` plus its spec's ``seed_offset``; a run an earlier 
 are collected with eight scripted peers, so a model sees 0..7 peers, as in a pool of eight.
 
 **Cost** (estimate, not measured: v1's ``zoo.json`` has 1500-step models at 288-487 s each on one
-core with two jobs running, 0.19-0.33 s a step, and its 300-step rookie at 36 s). v4 trains 19,400
-steps (base 2000, ladder 3000, eight specialists 8 x 1000, strong 1500, soloist 2000, six clones 6 x
-150, eight rookies 2000) plus about 40 validations of 200 questions: 19,400 x 0.19-0.33 s / 2 jobs =
-31-53 min, and about 3 min of prompt collection and validation: **about 35-60 wall-minutes on 2
+core with two jobs running, 0.19-0.33 s a step, and its 300-step rookie at 36 s). v4 trains 18,400
+steps (base 2000, ladder 2000, eight specialists 8 x 1000, strong 1500, soloist 2000, six clones 6 x
+150, eight rookies 2000) plus about 40 validations of 200 questions: 18,400 x 0.19-0.33 s / 2 jobs =
+29-51 min, and about 3 min of prompt collection and validation: **about 35-60 wall-minutes on 2
 cores with ``--jobs 2``**; a run retried off the loss plateau (base, ladder, specialists, strong,
 soloist: validation under 0.15) adds its steps again.
 
