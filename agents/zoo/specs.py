@@ -197,8 +197,8 @@ SPECS4: tuple[Model4Spec, ...] = (
     *(Model4Spec(f"zoo4-no{b.replace('+', '-')}", b, f"zoo4-base, then {SPECIALIST4_STEPS} steps on the full task "
                  f"but rarely {b.replace('+', ' or ')}", steps=SPECIALIST4_STEPS, seed_offset=1 + k)
       for k, b in enumerate(_SINGLES + _PAIRS)),
-    # First built from scratch (3000 steps, lr 3e-3): validation accuracy 0.095 after 3000 steps, 0.12 at step
-    # 2400 of a second attempt: unlearned; so the ladder climbs from the base (a build observation, before any
+    # First built from scratch (3000 steps, lr 3e-3): validation accuracy 0.095 after 3000 steps, 0.145 after a second
+    # 3000-step attempt: unlearned; so the ladder climbs from the base (a build observation, before any
     # pool was measured).
     Model4Spec("zoo4-ladder", None, "zoo4-base, then one run on the full task, saved at 8 step counts", steps=2000,
                checkpoints=(50, 100, 200, 300, 500, 800, 1200, 2000), seed_offset=20),
