@@ -5,7 +5,7 @@ Two generations: ``agents.pool("zoo")``, five arith specialists (below), and the
 procedural tasks (:data:`POOLS`; models in ``agents/zoo/models3/``, built by
 ``python -m tools.zoo.multitask``), plus ``agents.pool("zoo-pretrained")``, the real pretrained
 pool, and the arith zoo v4's five pools of eight, ``agents.pool("zoo4-<shape>")`` (:data:`POOLS`; models in
-``agents/zoo/models4/``, built by ``python -m tools.zoo.v4``, not shipped yet). Their model cards are in
+``agents/zoo/models4/``, built by ``python -m tools.zoo.v4``). Their model cards are in
 ``docs/zoo.md``. This package reads only :mod:`agents.zoo.specs`;
 the builders import :mod:`crl_envs` and are never imported by it.
 
