@@ -83,7 +83,7 @@ Run = tuple[ProtocolFactory | str, Mapping[str, Any], int]
 
 
 def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, samples: int = 1,
-                   agreement: float = AGREEMENT, memoised: bool | Sequence[bool] = True) -> float:
+                   agreement: float | Sequence[float] = AGREEMENT, memoised: bool | Sequence[bool] = True) -> float:
     """Model calls that the coalition runs ``runs`` make with the request memo: distinct requests,
     each generated once across all of them.
 
@@ -98,7 +98,8 @@ def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, sa
             a valuation's coalitions and the ``("vote", {}, 1 << i)`` runs of each model alone).
         names: the pool's model names, in order.
         questions, samples: questions per run and episodes per question.
-        agreement: the chance a model answers with the reference (see :data:`AGREEMENT`).
+        agreement: the chance a model answers with the reference (see :data:`AGREEMENT`), one for all
+            or one per model (e.g. their measured accuracies alone; role agents get the mean).
         memoised: whether each model (or all) is memoised (``Agent.deterministic``); the requests
             of the others are all counted. Role agents (a judge) count as memoised.
 
@@ -110,7 +111,12 @@ def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, sa
     flags = [memoised] * len(names) if isinstance(memoised, bool) else list(memoised)
     if len(flags) != len(names):
         raise ConfigError(f"memoised names {len(flags)} models for a pool of {len(names)}")
-    pool = Pool([_AgreeingStandIn(name, f"model_{i}", agreement, flags[i]) for i, name in enumerate(names)])
+    rates = [float(agreement)] * len(names) if isinstance(agreement, (int, float)) else [float(a) for a in agreement]
+    if len(rates) != len(names) or not all(0.0 <= a <= 1.0 for a in rates):
+        raise ConfigError(f"agreement must be one rate in [0, 1] or one per model of the pool of {len(names)}, "
+                          f"got {agreement!r}")
+    role_rate = sum(rates) / len(rates)
+    pool = Pool([_AgreeingStandIn(name, f"model_{i}", rates[i], flags[i]) for i, name in enumerate(names)])
     full = (1 << len(pool)) - 1
     memo = RequestMemo()
     groups: dict[tuple, tuple[ProtocolFactory, dict[str, Any], list[list[str]]]] = {}
@@ -123,13 +129,13 @@ def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, sa
         factory = protocols.get(protocol)
         key = (factory, repr(sorted((options or {}).items(), key=lambda kv: kv[0])))
         if key not in groups:
-            role = _replace_agents(dict(options or {}), lambda n: _AgreeingStandIn(n, "role", agreement))
+            role = _replace_agents(dict(options or {}), lambda n: _AgreeingStandIn(n, "role", role_rate))
             groups[key] = (factory, role, [])
         groups[key][2].append([pool.ids[i] for i in range(len(pool)) if mask >> i & 1])
     # without a memoised model every request counts, whatever the answers: one question suffices
     played_questions = STAND_IN_QUESTIONS if any(flags) else 1
     key = (repr([(f"{f.__module__}.{f.__qualname__}", o, c) for (f, _), (_, o, c) in groups.items()]),
-           tuple(names), tuple(flags), agreement, played_questions)
+           tuple(names), tuple(flags), tuple(rates), played_questions)
     if key not in _COUNTS:
         task = task_registry.load("arith", n=played_questions, seed=0)
         _COUNTS[key] = _count(groups.values(), pool, task, memo) / played_questions
