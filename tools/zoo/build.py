@@ -30,6 +30,7 @@ same weights whatever ``--jobs`` is.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import re
@@ -215,12 +216,20 @@ def target_text(record: PromptRecord, example, spec: ModelSpec, names: Sequence[
     return f"The answer is {truth}."
 
 
+@functools.cache
+def _blind_spots() -> dict[str, frozenset[str]]:
+    """Each zoo model's blind spots (v1 and v4) by the names it goes by, the first spec's where two
+    specs share a name: built once, read for every routing prompt."""
+    table: dict[str, frozenset[str]] = {}
+    for s in (*SPECS, *SPECS4):
+        for name in (s.name, *(s.outputs() if isinstance(s, Model4Spec) else ())):
+            table.setdefault(name, s.blind_kinds())
+    return table
+
+
 def _blind_of(name: str) -> frozenset[str]:
     """The blind spots of the zoo model (v1 or v4) called ``name``; none for any other name."""
-    for s in (*SPECS, *SPECS4):
-        if name == s.name or (isinstance(s, Model4Spec) and name in s.outputs()):
-            return s.blind_kinds()
-    return frozenset()
+    return _blind_spots().get(name, frozenset())
 
 
 # ---------------------------------------------------------------------- training
