@@ -20,7 +20,7 @@ from agents.openai import OpenAIAgent
 from crl_envs import protocols, tasks, valuation
 from crl_envs.runner import RequestMemo, request_key, run_coalitions, run_episodes, total_usage
 from crl_envs.valuation import coalition
-from crl_envs.valuation.cost import AGREEMENT, distinct_calls
+from crl_envs.valuation.cost import distinct_calls
 from crl_envs.valuation.executors import MAX_LOCKSTEP_EPISODES, ProcessExecutor, lockstep_groups
 from crl_envs.valuation.game import _run_weights
 
@@ -216,31 +216,13 @@ def test_distinct_call_estimate_within_5_percent(zoo):
     assert bar == pytest.approx(estimate)
 
 
-def test_the_bar_estimates_with_the_models_accuracies_once_known(zoo, tmp_path):
-    """evaluate's progress bar: stand-ins agreeing AGREEMENT of the time before the models alone have run;
-    once the coalition cache holds them, their measured accuracies (how often models agree decides how
-    many requests coalitions share)."""
-    from crl_envs.valuation.game import _accuracies_alone
-
-    task = tasks.load("arith", n=4, seed=6, **agents.zoo.TASK_OPTIONS)
-    game = valuation.CoalitionGame("debate", zoo, task, cache_dir=tmp_path, progress=False)
-    runs = [("debate", {}, m) for m in range(1, 32)]
-    assert _accuracies_alone(game) == AGREEMENT
-    fresh = sum(_run_weights([(game, m) for m in range(1, 32)]).values())
-    assert fresh == pytest.approx(distinct_calls(runs, zoo.names, len(task)))
-    alone = valuation.individual_game(game)
-    accuracy = [float(np.mean(alone.value(1 << i))) for i in range(5)]
-    again = valuation.CoalitionGame("debate", zoo, task, cache_dir=tmp_path, progress=False)  # a new process
-    assert _accuracies_alone(again) == accuracy != [AGREEMENT] * 5
-    known = sum(_run_weights([(again, m) for m in range(1, 32)]).values())
-    assert known == pytest.approx(distinct_calls(runs, zoo.names, len(task), agreement=accuracy)) != fresh
-
-
 def test_distinct_calls_rejects_bad_runs():
     with pytest.raises(ValueError, match=r"coalition mask 8 out of range for a pool of 3 \(1\.\.7\)"):
         distinct_calls([("vote", {}, 8)], ["a", "b", "c"], 10)
     with pytest.raises(ValueError, match="each run must be"):
         distinct_calls([("vote", 1)], ["a"], 10)
+    with pytest.raises(ValueError, match=r"agreement must be one rate in \[0, 1\] or one per model of the pool of 3"):
+        distinct_calls([("vote", {}, 1)], ["a", "b", "c"], 10, agreement=[0.5, 0.5])
 
 
 def test_lockstep_groups_respect_the_limits():

@@ -104,12 +104,7 @@ def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
                 total[k] += r[k]
     lines.append(f"| all | {total['cells']} | {total['done']} | | {total['episodes']:,.0f} | {total['calls']:,.0f} | "
                  f"{total['tokens']:,.0f} |")
-    from crl_envs.valuation.cost import AGREEMENT
-
-    lines.append("(valuation coalitions shared by several cells are counted once; valuation calls are distinct "
-                 "requests, estimated with stand-ins that agree with the reference as often as the models did alone "
-                 f"where a finished cell measured it, else {AGREEMENT:.0%} of the time; tokens = calls x "
-                 "max_new_tokens)")
+    lines.append("(valuation coalitions shared by several cells are counted once; tokens = calls x max_new_tokens)")
     t = config.training
     if t is not None:
         budgets = "; ".join(f"{k}: {s.steps} steps x {t.questions_per_step} questions x {t.num_generations} generations, "

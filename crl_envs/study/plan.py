@@ -210,40 +210,13 @@ def design(config: StudyConfig) -> dict[str, Any] | None:
                             alpha=v.alpha, delta=v.delta)
 
 
-def _alone_key(spec: Mapping[str, Any]) -> str:
-    """What a valuation cell's models-alone runs depend on: cells with the same key share them."""
-    return digest([spec["pool"], spec["task"], spec["seed"], spec["sampling"], spec["samples"]])
-
-
-def accuracies_alone(config: StudyConfig, plan: list[Cell]) -> dict[str, list[float]]:
-    """Each model's measured accuracy alone, by :func:`_alone_key`, from the study's finished valuation
-    cells (a resumed study): :func:`estimate` then lets its stand-ins agree as often as these models do."""
-    from crl_envs.study.runner import load_result
-
-    known: dict[str, list[float]] = {}
-    if not (config.out / "cells").is_dir():
-        return known
-    for cell in plan:
-        if cell.kind == "valuation" and _alone_key(cell.spec) not in known:
-            result = load_result(config.out, cell)
-            if result is not None:
-                report = result["report"]
-                known[_alone_key(cell.spec)] = [float(report["measures"]["individual"]["mean"][a])
-                                                for a in report["ids"]]
-    return known
-
-
 def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
     """The cells with ``cost`` filled: ``runs`` (coalition runs, or trainer fits), ``episodes``, ``calls``
     (model calls that will run: distinct requests, :func:`crl_envs.valuation.cost.distinct_calls`) and ``tokens`` (an upper bound on generated tokens: calls x max_new_tokens).
     Valuation coalitions shared between cells (the same members at the same positions, protocol, task and
-    seed) are counted once, where they first appear, as the coalition cache will play them once.
-    Distinct requests depend on how often the models agree: the stand-ins agree with the reference as
-    often as the models did alone where a finished cell of the same pool and task measured it
-    (:func:`accuracies_alone`), else :data:`~crl_envs.valuation.cost.AGREEMENT` of the time."""
-    from crl_envs.valuation.cost import AGREEMENT, distinct_calls, memoised_models
+    seed) are counted once, where they first appear, as the coalition cache will play them once."""
+    from crl_envs.valuation.cost import distinct_calls, memoised_models
 
-    alone = accuracies_alone(config, plan)
     seen: set[str] = set()
     calls_memo: dict[tuple, float] = {}  # calls per episode of (protocol, options, pool size, coalition size)
     out = []
@@ -292,7 +265,6 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
                 episodes += questions * s["samples"]
             # the request memo generates each distinct request of the cell's runs once
             calls = distinct_calls(played_runs, names, questions, s["samples"],
-                                   agreement=alone.get(_alone_key(s), AGREEMENT),
                                    memoised=memoised_models(s["pool"], n)) if played_runs else 0.0
             tokens = calls * s["sampling"]["max_new_tokens"]
         else:

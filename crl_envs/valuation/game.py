@@ -57,7 +57,7 @@ from crl_envs.valuation.coalition import (
     digest,
     members_of,
 )
-from crl_envs.valuation.cost import AGREEMENT, calls_per_episode, distinct_calls
+from crl_envs.valuation.cost import calls_per_episode, distinct_calls
 from crl_envs.valuation.executors import Executor, resolve_executor
 from crl_kit.errors import ConfigError
 
@@ -322,23 +322,10 @@ def play_coalitions(jobs: Sequence[tuple[CoalitionGame, Iterable[int]]]) -> list
     return todo
 
 
-def _accuracies_alone(game: CoalitionGame) -> list[float] | float:
-    """Each model's accuracy alone where the models-alone runs are already known (in memory or in the
-    coalition cache: an earlier valuation of the same pool and task), else the stand-ins' default
-    :data:`~crl_envs.valuation.cost.AGREEMENT`: how often the models agree decides how many requests
-    coalitions share."""
-    alone = game if game.protocol_name == INDIVIDUAL_PROTOCOL_NAME else individual_game(game)
-    singles = [1 << i for i in range(len(game.pool))]
-    if not all(alone.cached(m) for m in singles):
-        return AGREEMENT
-    return [float(np.mean(alone._lookup(m))) for m in singles]
-
-
 def _run_weights(todo: Sequence[tuple[CoalitionGame, int]]) -> dict[tuple[int, int], float]:
     """Each run's share of the model calls that will really run: the calls of all runs with the request
     memo (:func:`~crl_envs.valuation.cost.distinct_calls`, over the runs of games sharing a pool, task
-    and samples, with the models' measured accuracies alone where known: :func:`_accuracies_alone`),
-    split over the runs in proportion to their calls without it (:meth:`CoalitionGame.cost`)."""
+    and samples), split over the runs in proportion to their calls without it (:meth:`CoalitionGame.cost`)."""
     full = {(id(g), m): g.cost(m) * len(g.example_ids) * g.samples for g, m in todo}
     shared: dict[tuple, list[tuple[CoalitionGame, int]]] = {}
     for g, m in todo:
@@ -350,7 +337,7 @@ def _run_weights(todo: Sequence[tuple[CoalitionGame, int]]) -> dict[tuple[int, i
         total = sum(full[id(g), m] for g, m in runs)
         try:
             actual = distinct_calls([(g.factory, g.options, m) for g, m in runs], g0.pool.names,
-                                    len(g0.example_ids), g0.samples, agreement=_accuracies_alone(g0),
+                                    len(g0.example_ids), g0.samples,
                                     memoised=[g0.memo and g0.pool[a].deterministic for a in g0.ids])
         except Exception:  # a protocol the stand-ins cannot play: every call counted
             actual = total
