@@ -365,11 +365,11 @@ def test_presets_validate_and_dry_run(preset, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"study {preset}:" in proc.stdout and "| training |" in proc.stdout and "| valuation |" in proc.stdout
     assert not (tmp_path / "out").exists()
-    # the valuation pools can answer: 7-8 models each, no setting the exact test could never reject
+    # the valuation pools can answer: 8 models each, no setting the exact test could never reject
     from crl_envs.study.plan import design
 
     d = design(load_config(REPO / "studies" / f"{preset}.toml", out=tmp_path / "out"))
-    assert d["untestable_settings"] == 0 and min(p["n"] for p in d["pools"]) >= (8 if preset == "paper" else 7)
+    assert d["untestable_settings"] == 0 and min(p["n"] for p in d["pools"]) >= 8
     assert "What this design can and cannot show" in proc.stdout and "power at tau 0.5" in proc.stdout
 
 

@@ -229,7 +229,7 @@ def plots(study: Mapping[str, Any], out: Path) -> list[Path]:
             if c["mean_kendall_tau"] is not None:
                 grid[pools.index(c["pool"]), fams.index(c["family"])] = c["mean_kendall_tau"]
         fig, ax = plt.subplots(figsize=(1.8 * len(fams) + 2.5, 0.7 * len(pools) + 2), layout="constrained")
-        im = ax.imshow(grid, cmap="RdBu", vmin=-1, vmax=1)
+        im = ax.imshow(grid, cmap="RdBu", vmin=-1, vmax=1, aspect="auto")  # cells fill the figure
         ax.set_xticks(range(len(fams)), fams, rotation=20, ha="right")
         ax.set_yticks(range(len(pools)), pools)
         for i in range(len(pools)):
