@@ -12,6 +12,8 @@ time. Run it alone on an idle machine.
 Usage:
     python benchmarks/paper_small_memo.py                 # valuation half, before and after
     python benchmarks/paper_small_memo.py --whole         # ... and the whole study after
+    python benchmarks/paper_small_memo.py --after-only    # valuation half with the memo only: its wall
+                                                          # time and the dry-run estimate vs calls made
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--whole", action="store_true", help="also time the whole study (training too) after")
     parser.add_argument("--whole-before", action="store_true", help="time the whole study before too")
+    parser.add_argument("--after-only", action="store_true",
+                        help="only the valuation half with the memo (the estimate against the calls made)")
     parser.add_argument("--one", choices=["before", "after"], help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--whole-one", action="store_true", help=argparse.SUPPRESS)
@@ -77,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print(json.dumps(one(args.one, args.whole_one, args.out)))
         return 0
-    runs = [("before", False), ("after", False)]
+    runs = [("after", False)] if args.after_only else [("before", False), ("after", False)]
     if args.whole_before:
         runs.append(("before", True))
     if args.whole or args.whole_before:
@@ -96,7 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{part:15s} {mode:6s}: {r['seconds']:7.1f} s wall, {r['generated']:>9,} generations "
               f"(dry-run estimate of valuation calls {r['estimate']:,.0f}), load at the end "
               f"{r['load'][0]:.2f} {r['load'][1]:.2f} {r['load'][2]:.2f}", flush=True)
-    before, after = measured["before", False], measured["after", False]
+    after = measured["after", False]
+    if args.after_only:
+        print(f"valuation half: dry-run estimate {after['estimate'] / max(after['generated'], 1) - 1:+.1%} "
+              "of the calls made")
+        return 0
+    before = measured["before", False]
     same = json.dumps(before["settings"], sort_keys=True) == json.dumps(after["settings"], sort_keys=True)
     print(f"valuation half: {before['seconds'] / after['seconds']:.2f}x faster, "
           f"{before['generated'] / max(after['generated'], 1):.2f}x fewer generations; "

@@ -238,6 +238,21 @@ def test_lockstep_groups_respect_the_limits():
     assert [len(g) for _, g in lockstep_groups(jobs, specs, 3)] == [3, 3, 1, 2, 1]
     with pytest.raises(ValueError, match="coalitions_per_task must be an int >= 1"):
         ProcessExecutor(coalitions_per_task=0)
+    with pytest.raises(ValueError, match="LocalExecutor coalitions_per_task must be an int >= 1"):
+        valuation.LocalExecutor(coalitions_per_task=0)
+    with pytest.raises(TypeError, match="LocalExecutor got an unexpected argument 'workers'"):
+        valuation.LocalExecutor(workers=2)
+
+
+def test_a_local_executor_in_small_groups_gives_the_same_numbers():
+    pool = agents.pool([agents.ScriptedAgent.expert(f"e{a}", a, seed=3) for a in (0.9, 0.6, 0.4)])
+    task = tasks.load("arith", n=6, seed=1)
+    whole = valuation.evaluate("debate", pool, task, cache_dir=False, progress=False)
+    small = valuation.evaluate("debate", pool, task, cache_dir=False, progress=False,
+                               executor=valuation.LocalExecutor(coalitions_per_task=2))
+    for name, m in whole.measures.items():
+        np.testing.assert_array_equal(small.measures[name].per_question, m.per_question)
+    np.testing.assert_array_equal(small.system, whole.system)
 
 
 @pytest.mark.slow

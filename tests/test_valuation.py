@@ -195,7 +195,10 @@ KILL_SCRIPT = textwrap.dedent('''
     def run(cache_dir):
         pool = agents.pool([Slow(f"e{a}", a) for a in (0.9, 0.7, 0.5, 0.3)])
         task = tasks.load("arith", n=15, seed=4)
-        return valuation.evaluate("debate", pool, task, cache_dir=cache_dir, progress=False)
+        # two coalitions per lockstep group: results reach the cache group by group, SLOW seconds apart
+        # per phase (with every coalition in one group, they would all land within milliseconds)
+        executor = valuation.LocalExecutor(coalitions_per_task=2)
+        return valuation.evaluate("debate", pool, task, cache_dir=cache_dir, progress=False, executor=executor)
 
     if __name__ == "__main__":
         report = run(sys.argv[1])

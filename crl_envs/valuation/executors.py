@@ -3,8 +3,9 @@
 An executor runs two kinds of work with the same machinery:
 
 - **coalitions** (:meth:`Executor.run`): a game's coalitions are played in lockstep groups
-  (:func:`lockstep_groups`: all of them locally, up to :data:`MAX_LOCKSTEP_EPISODES` episodes at a
-  time; ``coalitions_per_task`` per task on worker processes and Ray) with
+  (:func:`lockstep_groups`: all of them locally unless ``coalitions_per_task`` says fewer, up to
+  :data:`MAX_LOCKSTEP_EPISODES` episodes at a time; ``coalitions_per_task`` per task on worker
+  processes and Ray) with
   :func:`crl_envs.valuation.coalition.coalitions_scores`, one batched call per agent per phase across
   the group, each distinct request generated once (the process's request memo), and each coalition's
   scores handed back to the driver, which stores them in the game's on-disk cache (one atomic write per
@@ -131,7 +132,19 @@ def _play_coalitions(payload: tuple[CoalitionRun, list[int]]) -> list[np.ndarray
 
 
 class LocalExecutor(Executor):
-    """One run after another in this process (the default)."""
+    """One run after another in this process (the default).
+
+    Args:
+        coalitions_per_task: coalitions one group plays in lockstep (None: as many as
+            :data:`MAX_LOCKSTEP_EPISODES` allows). Fewer: smaller batches, but each group's results
+            reach the cache sooner, so a killed run loses at most one group's work.
+    """
+
+    def __init__(self, *, coalitions_per_task: int | None = None, **unexpected: Any):
+        _unexpected("LocalExecutor", unexpected, ["coalitions_per_task"])
+        if coalitions_per_task is not None:
+            coalitions_per_task = _check_per_task("LocalExecutor", coalitions_per_task)
+        self.coalitions_per_task = coalitions_per_task
 
     def start(self) -> None:
         """Nothing to connect to."""
@@ -141,7 +154,8 @@ class LocalExecutor(Executor):
             done(i, fn(payload))
 
     def __repr__(self) -> str:
-        return "LocalExecutor()"
+        per_task = self.coalitions_per_task
+        return "LocalExecutor()" if per_task is None else f"LocalExecutor(coalitions_per_task={per_task})"
 
 
 def resolve_executor(executor: Executor | str | None) -> Executor:
