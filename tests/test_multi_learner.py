@@ -85,7 +85,9 @@ def test_one_learner_gives_the_numbers_of_before(pool, train, kind, as_list):
     assert [h["loss"] for h in history] == pytest.approx(BEFORE[kind]["loss"], abs=1e-7)
     assert [h["grad_norm"] for h in history] == pytest.approx(BEFORE[kind]["grad_norm"], rel=1e-5)
     assert trainer.rollouts == BEFORE[kind]["rollouts"]
-    assert _abs_sum(trainer.policy) == pytest.approx(BEFORE[kind]["weights"], rel=1e-9)
+    # rel 5e-7: recorded on another CPU; on an AMD EPYC the sums differ by up to 5.4e-8 (float kernels),
+    # while this training moves them by 1.3e-5 (crl) to 1.1e-4 (loo) of their size
+    assert _abs_sum(trainer.policy) == pytest.approx(BEFORE[kind]["weights"], rel=5e-7)
     assert list(trainer.policies) == ["model_1"] and trainer.policies["model_1"] is trainer.policy
     assert "loss/model_1" not in history[0]  # one learner: the metric names of before
 
