@@ -101,16 +101,15 @@ def main(argv: list[str] | None = None) -> int:
               f"(dry-run estimate of valuation calls {r['estimate']:,.0f}), load at the end "
               f"{r['load'][0]:.2f} {r['load'][1]:.2f} {r['load'][2]:.2f}", flush=True)
     after = measured["after", False]
+    estimate = f"dry-run estimate {after['estimate'] / max(after['generated'], 1) - 1:+.1%} of the calls made"
     if args.after_only:
-        print(f"valuation half: dry-run estimate {after['estimate'] / max(after['generated'], 1) - 1:+.1%} "
-              "of the calls made")
+        print(f"valuation half: {estimate}")
         return 0
     before = measured["before", False]
     same = json.dumps(before["settings"], sort_keys=True) == json.dumps(after["settings"], sort_keys=True)
     print(f"valuation half: {before['seconds'] / after['seconds']:.2f}x faster, "
           f"{before['generated'] / max(after['generated'], 1):.2f}x fewer generations; "
-          f"dry-run estimate {after['estimate'] / max(after['generated'], 1) - 1:+.1%} of the calls made; "
-          f"results identical: {same}")
+          f"{estimate}; results identical: {same}")
     if ("before", True) in measured:
         print(f"whole study: {measured['before', True]['seconds'] / measured['after', True]['seconds']:.2f}x faster")
     return 0 if same else 1

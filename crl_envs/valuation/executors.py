@@ -142,9 +142,7 @@ class LocalExecutor(Executor):
 
     def __init__(self, *, coalitions_per_task: int | None = None, **unexpected: Any):
         _unexpected("LocalExecutor", unexpected, ["coalitions_per_task"])
-        if coalitions_per_task is not None:
-            coalitions_per_task = _check_per_task("LocalExecutor", coalitions_per_task)
-        self.coalitions_per_task = coalitions_per_task
+        self.coalitions_per_task = _check_per_task("LocalExecutor", coalitions_per_task, allow_none=True)
 
     def start(self) -> None:
         """Nothing to connect to."""
@@ -173,8 +171,9 @@ def resolve_executor(executor: Executor | str | None) -> Executor:
                      "(e.g. crl_envs.valuation.RayExecutor('head-node:6379'))")
 
 
-def _check_per_task(owner: str, value: Any) -> int:
-    return check_int(f"{owner} coalitions_per_task", value, minimum=1, why="coalitions one task plays in lockstep")
+def _check_per_task(owner: str, value: Any, *, allow_none: bool = False) -> int | None:
+    return check_int(f"{owner} coalitions_per_task", value, minimum=1, allow_none=allow_none,
+                     why="coalitions one task plays in lockstep")
 
 
 def _unexpected(owner: str, unexpected: Mapping[str, Any], known: Sequence[str]) -> None:
