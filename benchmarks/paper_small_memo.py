@@ -42,21 +42,30 @@ def _config(whole: bool, out: Path) -> dict:
 
 def one(mode: str, whole: bool, out: Path) -> dict:
     """Run the study once in this process; returns wall seconds, generations and the valuation settings."""
+    from agents import ScriptedAgent
     from agents.base import Agent
     from crl_envs import study, valuation
 
     generated = [0]
     original = Agent.generate
 
-    def counting(self, requests):
+    def counting(self, requests):  # the pools' models only: not the plan's scripted stand-ins (the estimate)
         result = original(self, requests)
-        generated[0] += len(result)
+        if not isinstance(self, ScriptedAgent):
+            generated[0] += len(result)
         return result
 
     Agent.generate = counting
-    if mode == "before":
-        evaluate = valuation.evaluate
-        valuation.evaluate = lambda *a, **k: evaluate(*a, **{**k, "memo": False})
+    by_members: dict[tuple[str, ...], int] = {}  # generations of each pool's valuation cells
+    evaluate = valuation.evaluate
+
+    def counted(protocol, pool, *args, **kwargs):
+        start = generated[0]
+        report = evaluate(protocol, pool, *args, **({**kwargs, "memo": False} if mode == "before" else kwargs))
+        by_members[tuple(pool.names)] = by_members.get(tuple(pool.names), 0) + generated[0] - start
+        return report
+
+    valuation.evaluate = counted
     config = _config(whole, out)
     planned = study.plan(config)
     estimate = sum(c.cost["calls"] for c in planned if c.kind == "valuation")
@@ -64,8 +73,16 @@ def one(mode: str, whole: bool, out: Path) -> dict:
     result = study.run(config, progress=False)
     seconds = time.perf_counter() - t0
     settings = result["valuation"]["settings"]
+    per_pool = {}  # pool label -> [estimated, generated] over its valuation cells
+    for c in planned:
+        if c.kind == "valuation":
+            label = c.id.split("/")[1]
+            per_pool.setdefault(label, [0.0, 0])[0] += c.cost["calls"]
+    for s in settings:
+        per_pool[s["pool"]][1] = by_members.pop(tuple(s["models"]), per_pool[s["pool"]][1])
+    cells = {k: v["seconds"] for k, v in result["cells"].items()}
     return {"mode": mode, "seconds": seconds, "generated": generated[0], "estimate": estimate,
-            "load": os.getloadavg(), "settings": settings}
+            "load": os.getloadavg(), "settings": settings, "per_pool": per_pool, "cells": cells}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,6 +117,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{part:15s} {mode:6s}: {r['seconds']:7.1f} s wall, {r['generated']:>9,} generations "
               f"(dry-run estimate of valuation calls {r['estimate']:,.0f}), load at the end "
               f"{r['load'][0]:.2f} {r['load'][1]:.2f} {r['load'][2]:.2f}", flush=True)
+        for label, (estimated, made) in r["per_pool"].items():
+            print(f"  pool {label:12s}: {made:>9,} generations, dry-run estimate {estimated:>9,.0f} "
+                  f"({estimated / max(made, 1) - 1:+.1%})", flush=True)
+        if whole:
+            kinds: dict[str, float] = {}
+            for cell, seconds in r["cells"].items():
+                kinds[cell.split("/")[0]] = kinds.get(cell.split("/")[0], 0.0) + seconds
+            print("  cell seconds by kind: " + ", ".join(f"{k} {v:,.0f} s" for k, v in sorted(kinds.items())),
+                  flush=True)
     after = measured["after", False]
     estimate = f"dry-run estimate {after['estimate'] / max(after['generated'], 1) - 1:+.1%} of the calls made"
     if args.after_only:

@@ -66,6 +66,7 @@ BAD = [
     ({"valuation": {"pool_tasks": {"fuor": ["arith"]}}}, r"valuation\.pool_tasks\.fuor: is not a valued pool"),
     ({"executor": {"kind": "rey"}}, r"executor\.kind: unknown executor 'rey' \(did you mean 'ray'\?\)"),
     ({"executor": {"kind": "ray", "address": "http://head:6379"}}, r"executor\.address: malformed Ray address"),
+    ({"executor": {"coalitions_per_task": 0}}, r"executor\.coalitions_per_task: must be an int >= 1"),
     ({"training": {"pool": "four", "learner": "model_0", "trainers": ["crl", "gpro"], "setups": {"vote": {}}}},
      r"training\.trainers: unknown trainer 'gpro' \(did you mean 'grpo'\?\)"),
     ({"training": {"pool": "four", "learner": "rookie", "setups": {"vote": {}}}}, r"training\.learner: must be a pool agent id"),
@@ -208,6 +209,28 @@ def test_dry_run_counts_runs_calls_and_shared_coalitions(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_dry_run_counts_a_request_once_across_cells_sharing_the_memo(tmp_path):
+    """With the local executor one request memo serves every valuation cell of a pool: the cascade cell
+    counts only what the vote cell before it did not generate (its members' first answers are the
+    models' answers alone). On processes each cell is counted on its own."""
+    import agents.zoo
+    from crl_envs.valuation.cost import distinct_calls
+
+    def calls(kind: str) -> list[float]:
+        config = {"pools": {"zoo": "zoo"}, "tasks": {"arith": {"n": 10}}, "protocols": {"vote": {}, "cascade": {}},
+                  "study": {"out": str(tmp_path / kind)}, "executor": {"kind": kind, "workers": 2}}
+        if kind == "local":
+            del config["executor"]["workers"]
+        return [c.cost["calls"] for c in study.plan(load_config(config)) if c.kind == "valuation"]
+
+    (vote, cascade), (vote_alone, cascade_alone) = calls("local"), calls("processes")
+    assert vote == vote_alone == 5 * 10  # each model once per question
+    assert cascade_alone - cascade == 5 * 10  # the five models' answers, already made by the vote cell
+    every = [(p, {}, m) for p in ("vote", "cascade") for m in range(1, 32)]
+    assert vote + cascade == pytest.approx(distinct_calls(every, agents.zoo.NAMES, 10))
+    assert not (tmp_path / "local").exists()
+
+
 def test_training_statistics_recomputed_independently():
     """Δ per trainer and seed, the learner's own accuracy, wins/ties/losses of C-RL against each baseline
     (ties stay ties) and the mean gains, recomputed here (tests/test_study_training_verdicts.py checks
@@ -277,12 +300,11 @@ KILL_SCRIPT = textwrap.dedent('''
             return self.inner._generate(requests)
 
     register_pool("slow", lambda: [Slow(f"s{a}", a) for a in (0.9, 0.7, 0.5, 0.3)])
-    # one coalition per lockstep group (15 questions x 1 sample), so coalitions finish one by one and the
-    # kill lands between two of them (a whole game in one group would write every coalition at once)
-    import crl_envs.valuation.executors as executors
-    executors.MAX_LOCKSTEP_EPISODES = 15
+    # one coalition per lockstep group, so coalitions finish one by one and the kill lands between two
+    # of them (a whole game in one group would write every coalition at once)
     CONFIG = {"pools": {"slow": "slow"}, "tasks": {"arith": {"n": 15, "seed": 4}},
-              "protocols": {"debate": {}}, "valuation": {"bootstrap_resamples": 100}}
+              "protocols": {"debate": {}}, "valuation": {"bootstrap_resamples": 100},
+              "executor": {"coalitions_per_task": 1}}
 
     if __name__ == "__main__":
         study.run({**CONFIG, "study": {"name": "kill", "out": sys.argv[1]}}, progress=False)
@@ -325,6 +347,17 @@ def test_resume_after_sigkill_mid_cell(tmp_path):
 TRAINING = {"pool": "zoo", "learner": "model_4", "trainers": ["crl", "grpo"], "seeds": [0], "questions_per_step": 2,
             "num_generations": 2, "n_train": 16, "n_eval": 12,
             "setups": {"vote": {"steps": 2, "learning_rate": 1e-3}}, "bootstrap_resamples": 200}
+
+
+@pytest.mark.parametrize("kind, extra, default", [("local", {}, None), ("processes", {"workers": 2}, 1)])
+def test_executor_coalitions_per_task_reaches_the_executor(kind, extra, default, tmp_path):
+    from crl_envs.study.runner import make_executor
+
+    def built(**per_task):
+        config = scripted_config(tmp_path / "out", executor={"kind": kind, **extra, **per_task})
+        return make_executor(load_config(config)).coalitions_per_task
+
+    assert (built(), built(coalitions_per_task=3)) == (default, 3)
 
 
 def executor_config(out: Path, executor: dict) -> dict:

@@ -58,6 +58,7 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
 
     [executor]
     kind = "local"                      # "processes" (workers = 2) or "ray" (address = "head:6379")
+    coalitions_per_task = 4             # optional: coalitions per lockstep group (default: the executor's)
 """
 
 from __future__ import annotations
@@ -276,6 +277,9 @@ class ExecutorConfig:
     workers: int | None
     address: str | None
     num_cpus: float
+    #: coalitions one lockstep group plays (None: the executor's default, a whole game locally and one
+    #: coalition per task on processes and Ray); fewer means smaller batches, but a killed run loses less
+    coalitions_per_task: int | None = None
 
 
 @dataclass(frozen=True)
@@ -758,7 +762,7 @@ def _schedule(key: str, value: Any) -> str:
 
 
 def _executor(spec: dict[str, Any]) -> ExecutorConfig:
-    _unknown_keys("executor", spec, ["kind", "workers", "address", "num_cpus"])
+    _unknown_keys("executor", spec, ["kind", "workers", "address", "num_cpus", "coalitions_per_task"])
     kind = spec.get("kind", "local")
     if kind not in EXECUTOR_KINDS:
         hint = did_you_mean(str(kind), EXECUTOR_KINDS)
@@ -777,7 +781,11 @@ def _executor(spec: dict[str, Any]) -> ExecutorConfig:
                 parse_address(address)
         except ValueError as e:
             raise _error("executor.address", str(e)) from None
-    return ExecutorConfig(kind, workers, address, _number("executor.num_cpus", spec.get("num_cpus", 1), 0.01, None, "1"))
+    per_task = spec.get("coalitions_per_task")
+    if per_task is not None:
+        _int("executor.coalitions_per_task", per_task, 1, "4")
+    return ExecutorConfig(kind, workers, address, _number("executor.num_cpus", spec.get("num_cpus", 1), 0.01, None, "1"),
+                          per_task)
 
 
 def _check_cell_count(valuation: ValuationConfig | None, training: TrainingConfig | None) -> None:

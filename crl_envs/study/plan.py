@@ -210,14 +210,21 @@ def design(config: StudyConfig) -> dict[str, Any] | None:
                             alpha=v.alpha, delta=v.delta)
 
 
-def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
+def estimate(config: StudyConfig, plan: list[Cell], *, distinct: bool = True) -> list[Cell]:
     """The cells with ``cost`` filled: ``runs`` (coalition runs, or trainer fits), ``episodes``, ``calls``
-    (model calls that will run: distinct requests, :func:`crl_envs.valuation.cost.distinct_calls`) and ``tokens`` (an upper bound on generated tokens: calls x max_new_tokens).
+    (model calls that will run: distinct requests, :func:`crl_envs.valuation.cost.distinct_calls_in_turn`:
+    with the local executor one memo serves every valuation cell of a pool, task and sampling, so a cell
+    counts only the requests earlier cells did not make) and ``tokens`` (an upper bound on generated
+    tokens: calls x max_new_tokens).
     Valuation coalitions shared between cells (the same members at the same positions, protocol, task and
-    seed) are counted once, where they first appear, as the coalition cache will play them once."""
-    from crl_envs.valuation.cost import distinct_calls, memoised_models
+    seed) are counted once, where they first appear, as the coalition cache will play them once.
+    ``distinct=False`` counts every request of a valuation cell instead (an upper bound, without playing
+    the plan with stand-ins: seconds less on a study like paper-small's; for a run without a progress bar,
+    which needs only the checks: a cell planning too many coalition runs is refused either way)."""
+    from crl_envs.valuation.cost import distinct_calls_in_turn, memoised_models
 
     seen: set[str] = set()
+    shared_memo: dict[str, list[tuple]] = {}  # valuation cells whose requests one memo serves, in plan order
     calls_memo: dict[tuple, float] = {}  # calls per episode of (protocol, options, pool size, coalition size)
     out = []
     for cell in plan:
@@ -231,7 +238,7 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
             per_size = _coalitions_per_size(estimator, n, s["budget"])
             _refuse_large(cell, estimator, sum(per_size.values()))
             runs = episodes = calls = 0.0
-            if sum(per_size.values()) > LISTED_COALITIONS or (s["budget"] or 0) > LISTED_COALITIONS:
+            if not distinct or sum(per_size.values()) > LISTED_COALITIONS or (s["budget"] or 0) > LISTED_COALITIONS:
                 # too many coalitions to list (or to play through the distinct-request estimate): every
                 # request counted, an upper bound on what the request memo will generate
                 played = [(s["protocol"]["protocol"], s["protocol"]["options"], k, c) for k, c in per_size.items()]
@@ -263,10 +270,12 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
                 played_runs.append((proto, opts, m))
                 runs += 1
                 episodes += questions * s["samples"]
-            # the request memo generates each distinct request of the cell's runs once
-            calls = distinct_calls(played_runs, names, questions, s["samples"],
-                                   memoised=memoised_models(s["pool"], n)) if played_runs else 0.0
-            tokens = calls * s["sampling"]["max_new_tokens"]
+            # the request memo generates each distinct request once: counted below, over the cells that
+            # share it (the local executor plays every valuation cell in this process, one memo for all)
+            memo_key = digest([s["pool"], s["task"], s["samples"], s["seed"], s["sampling"]]) \
+                if config.executor.kind == "local" else cell.id
+            shared_memo.setdefault(memo_key, []).append((len(out), played_runs, names, questions, s))
+            calls = tokens = 0.0
         else:
             names = _names(s["pool"])
             per_episode = _calls(s["protocol"], s["options"], names, list(range(len(names))))
@@ -289,4 +298,10 @@ def estimate(config: StudyConfig, plan: list[Cell]) -> list[Cell]:
             tokens = calls * s["max_new_tokens"]
         out.append(Cell(cell.kind, cell.id, cell.spec, cell.fingerprint,
                         {"runs": runs, "episodes": episodes, "calls": calls, "tokens": tokens}))
+    for cells_in_turn in shared_memo.values():  # in plan order, each cell's count is what it adds
+        _, _, names, questions, s = cells_in_turn[0]
+        counts = distinct_calls_in_turn([played for _, played, *_ in cells_in_turn], names, questions, s["samples"],
+                                        memoised=memoised_models(s["pool"], len(names)))
+        for (index, _, _, _, s), calls in zip(cells_in_turn, counts):
+            out[index].cost.update(calls=calls, tokens=calls * s["sampling"]["max_new_tokens"])
     return out

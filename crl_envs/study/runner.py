@@ -304,11 +304,12 @@ def make_executor(config: StudyConfig):
     from crl_envs.valuation.executors import LocalExecutor, ProcessExecutor, RayExecutor
 
     e = config.executor
+    per_task = {} if e.coalitions_per_task is None else {"coalitions_per_task": e.coalitions_per_task}
     if e.kind == "ray":
-        return RayExecutor(e.address, num_cpus=e.num_cpus)
+        return RayExecutor(e.address, num_cpus=e.num_cpus, **per_task)
     if e.kind == "processes":
-        return ProcessExecutor(e.workers)
-    return LocalExecutor()
+        return ProcessExecutor(e.workers, **per_task)
+    return LocalExecutor(**per_task)
 
 
 def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = True,

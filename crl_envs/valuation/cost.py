@@ -32,17 +32,23 @@ def _stand_in(name: str) -> ScriptedAgent:
 
 #: The chance that a model's answer is the question's reference (then its text is the same as every
 #: other such model's), for :func:`distinct_calls`' stand-ins. Models that agree send their peers the
-#: same prompts, so agreement decides how many later-phase requests coalitions share. Measured
-#: (benchmarks/valuation_memo.py): +7.2% on the zoo's 12-protocol valuation, +2.7% over zoo v4's five
-#: pools (-12% to +25% per pool); each model's measured accuracy instead does worse there (+10%).
+#: same prompts, so agreement decides how many later-phase requests coalitions share.
 AGREEMENT = 0.55
+#: The chance that a wrong stand-in gives the question's common wrong answer (the same text as other
+#: models wrong that way) rather than a wrong answer of its own: real models share wrong answers (a
+#: dropped carry gives the same number), so 0 (all own) over-counts distinct requests and 1 (all
+#: shared) under-counts. Measured against three workloads (docs/valuation.md, "The estimate"): 0 gives
+#: +7.2%, +2.7% and +5.6%; 0.5 gives +0.5%, -2.2% and +0.2%; 1 gives -15% to -9%. The value 0.5, the
+#: midpoint, was chosen on those same workloads; held out: see docs/valuation.md.
+SHARED_WRONG = 0.5
 #: Questions the stand-ins of :func:`distinct_calls` play (their counts are scaled to the real number).
 STAND_IN_QUESTIONS = 16
 
 
 class _AgreeingStandIn(ScriptedAgent):
     """A stand-in right (the reference answer, confident) with chance ``agreement`` per prompt, else
-    its own wrong answer; memoisable: its answer is a function of its fingerprint and the prompt."""
+    wrong: with chance :data:`SHARED_WRONG` the question's common wrong answer, else its own;
+    memoisable: its answer is a function of its fingerprint and the prompt."""
 
     deterministic = True
 
@@ -50,13 +56,15 @@ class _AgreeingStandIn(ScriptedAgent):
         self.deterministic = memoised
 
         def respond(example: Any, messages: list) -> str:
-            h = stable_hash(slot, name, messages[-1]["content"])
-            if h % 10_000 < agreement * 10_000:
+            prompt = messages[-1]["content"]
+            if stable_hash(slot, name, prompt) % 10_000 < agreement * 10_000:
                 return f"The answer is {example.answer}. Confidence: 9"
+            if stable_hash("shared", slot, name, prompt) % 10_000 < SHARED_WRONG * 10_000:
+                return f"The answer is {stable_hash('common wrong', example.id) % 997}. Confidence: 9"
             return f"The answer is {stable_hash(slot, name, example.id) % 997}. Confidence: 9"
 
         super().__init__(name, respond)
-        self._fingerprint = f"stand-in:{slot}:{name}:{agreement}"
+        self._fingerprint = f"stand-in:{slot}:{name}:{agreement}:{SHARED_WRONG}"
 
 
 def _replace_agents(value: Any, make: Any = _stand_in) -> Any:
@@ -92,7 +100,7 @@ def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, sa
     protocol's requests do not depend on the task), and the count is scaled to ``questions`` x
     ``samples`` (request seeds differ per question and sample, so no request is shared across them).
     An estimate: how many later-phase requests coalitions share depends on how often the models
-    give the same answer (``agreement``).
+    give the same answer (``agreement``, :data:`SHARED_WRONG`).
 
     Args:
         runs: ``(protocol, options, coalition mask)`` of every run (masks over ``names``' order; e.g.
@@ -107,6 +115,24 @@ def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, sa
     Raises:
         ValueError: a mask outside the pool or a run that is not ``(protocol, options, mask)``.
     """
+    return distinct_calls_in_turn([runs], names, questions, samples, agreement, memoised)[0]
+
+
+def distinct_calls_in_turn(parts: Sequence[Sequence[Run]], names: Sequence[str], questions: int, samples: int = 1,
+                           agreement: float | Sequence[float] = AGREEMENT,
+                           memoised: bool | Sequence[bool] = True) -> list[float]:
+    """:func:`distinct_calls` of each part when the parts play one after another through one memo, as a
+    study's valuation cells of one pool, task and sampling do in one process: each part's count is the
+    requests it adds (a model's request another protocol already made is not generated again).
+
+    Example:
+        >>> alone = [("vote", {}, 1), ("vote", {}, 2)]
+        >>> distinct_calls_in_turn([alone, alone + [("vote", {}, 3)]], ["a", "b"], questions=10)
+        [20.0, 0.0]
+
+    Raises:
+        ValueError: as :func:`distinct_calls`.
+    """
     from crl_envs import tasks as task_registry
 
     flags = [memoised] * len(names) if isinstance(memoised, bool) else list(memoised)
@@ -119,32 +145,36 @@ def distinct_calls(runs: Sequence[Run], names: Sequence[str], questions: int, sa
     role_rate = sum(rates) / len(rates)
     pool = Pool([_AgreeingStandIn(name, f"model_{i}", rates[i], flags[i]) for i, name in enumerate(names)])
     full = (1 << len(pool)) - 1
-    memo = RequestMemo()
-    groups: dict[tuple, tuple[ProtocolFactory, dict[str, Any], list[list[str]]]] = {}
-    for run in runs:
-        if not (isinstance(run, tuple) and len(run) == 3):
-            raise ConfigError(f"each run must be (protocol, options, coalition mask), got {run!r}")
-        protocol, options, mask = run
-        if isinstance(mask, bool) or not isinstance(mask, int) or not 0 < mask <= full:
-            raise ConfigError(f"coalition mask {mask!r} out of range for a pool of {len(pool)} (1..{full})")
-        factory = protocols.get(protocol)
-        key = (factory, repr(sorted((options or {}).items(), key=lambda kv: kv[0])))
-        if key not in groups:
-            role = _replace_agents(dict(options or {}), lambda n: _AgreeingStandIn(n, "role", role_rate))
-            groups[key] = (factory, role, [])
-        groups[key][2].append([pool.ids[i] for i in range(len(pool)) if mask >> i & 1])
+    played: list[list[tuple[ProtocolFactory, dict[str, Any], list[list[str]]]]] = []
+    for runs in parts:
+        groups: dict[tuple, tuple[ProtocolFactory, dict[str, Any], list[list[str]]]] = {}
+        for run in runs:
+            if not (isinstance(run, tuple) and len(run) == 3):
+                raise ConfigError(f"each run must be (protocol, options, coalition mask), got {run!r}")
+            protocol, options, mask = run
+            if isinstance(mask, bool) or not isinstance(mask, int) or not 0 < mask <= full:
+                raise ConfigError(f"coalition mask {mask!r} out of range for a pool of {len(pool)} (1..{full})")
+            factory = protocols.get(protocol)
+            key = (factory, repr(sorted((options or {}).items(), key=lambda kv: kv[0])))
+            if key not in groups:
+                role = _replace_agents(dict(options or {}), lambda n: _AgreeingStandIn(n, "role", role_rate))
+                groups[key] = (factory, role, [])
+            groups[key][2].append([pool.ids[i] for i in range(len(pool)) if mask >> i & 1])
+        played.append(list(groups.values()))
     # without a memoised model every request counts, whatever the answers: one question suffices
     played_questions = STAND_IN_QUESTIONS if any(flags) else 1
-    key = (repr([(f"{f.__module__}.{f.__qualname__}", o, c) for (f, _), (_, o, c) in groups.items()]),
-           tuple(names), tuple(flags), tuple(rates), played_questions)
+    key = (repr([[(f"{f.__module__}.{f.__qualname__}", o, c) for f, o, c in part] for part in played]),
+           tuple(names), tuple(flags), tuple(rates), played_questions, SHARED_WRONG)
     if key not in _COUNTS:
         task = task_registry.load("arith", n=played_questions, seed=0)
-        _COUNTS[key] = _count(groups.values(), pool, task, memo) / played_questions
-    return _COUNTS[key] * questions * samples
+        memo = RequestMemo()
+        _COUNTS[key] = [_count(part, pool, task, memo) / played_questions for part in played]
+    return [per_question * questions * samples for per_question in _COUNTS[key]]
 
 
-#: distinct_calls' counts per question, by everything they depend on (a study's cells share them)
-_COUNTS: dict[tuple, float] = {}
+#: distinct_calls_in_turn's counts per question and part, by everything they depend on (a study's cells
+#: share them)
+_COUNTS: dict[tuple, list[float]] = {}
 
 
 def _count(groups: Any, pool: Pool, task: Task, memo: RequestMemo) -> int:
