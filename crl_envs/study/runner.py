@@ -375,7 +375,9 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
 
     try:
         bar.set_postfix_str(f"0/{len(todo)} cells", refresh=True)
-        coalition_executor = executor if config.executor.kind != "local" else None
+        # local coalitions run on the default LocalExecutor unless the config sets their group size
+        coalition_executor = executor if config.executor.kind != "local" \
+            or config.executor.coalitions_per_task is not None else None
         local = [c for c in todo if c.kind == "valuation"]
         rest = [c for c in todo if c.kind != "valuation"]
         if config.executor.kind == "local":  # one cell at a time: claim each just before it runs

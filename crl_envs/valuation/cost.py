@@ -10,8 +10,10 @@ before 5-model debates).
 :func:`distinct_calls` counts the calls a valuation really makes: coalitions share requests (the
 same model, messages, sampling and seed) and the request memo generates each once. It plays every
 run of the plan with stand-ins that agree on the answer as often as real models do (:data:`AGREEMENT`:
-agreeing models send their peers the same prompts) through one memo, on a few questions, and scales
-by questions and samples. ``crl-envs study --dry-run`` and ``valuation.evaluate``'s progress bar use it.
+agreeing models send their peers the same prompts; :data:`SHARED_WRONG`: wrong ones often give the same
+wrong answer) through one memo, on a few questions, and scales by questions and samples;
+:func:`distinct_calls_in_turn` counts several cells that share one memo, each adding what the ones
+before it did not make. ``crl-envs study --dry-run`` and ``valuation.evaluate``'s progress bar use it.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ AGREEMENT = 0.55
 #: The chance that a wrong stand-in gives the question's common wrong answer (the same text as other
 #: models wrong that way) rather than a wrong answer of its own: real models share wrong answers (a
 #: dropped carry gives the same number), so 0 (all own) over-counts distinct requests and 1 (all
-#: shared) under-counts. Measured against three workloads (docs/valuation.md, "The estimate"): 0 gives
-#: +7.2%, +2.7% and +5.6%; 0.5 gives +0.5%, -2.2% and +0.2%; 1 gives -15% to -9%. The value 0.5, the
-#: midpoint, was chosen on those same workloads; held out: see docs/valuation.md.
+#: shared) under-counts. Chosen among 0, 0.5 and 1 on three workloads (docs/valuation.md, "The
+#: estimate": 0 gives +7.2%, +2.7% and +5.6%, 1 gives -15%, -15% and below -6%); with 0.5 they are
+#: +1.8%, -3.6% and -1.2%, and a fourth, held out, -3.1%. Single pools miss by up to -38% and +114%.
 SHARED_WRONG = 0.5
 #: Questions the stand-ins of :func:`distinct_calls` play (their counts are scaled to the real number).
 STAND_IN_QUESTIONS = 16
