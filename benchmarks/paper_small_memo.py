@@ -78,8 +78,9 @@ def one(mode: str, whole: bool, out: Path) -> dict:
         if c.kind == "valuation":
             label = c.id.split("/")[1]
             per_pool.setdefault(label, [0.0, 0])[0] += c.cost["calls"]
-    for s in settings:
-        per_pool[s["pool"]][1] = by_members.pop(tuple(s["models"]), per_pool[s["pool"]][1])
+    label_of = {tuple(s["models"]): s["pool"] for s in settings}
+    for members, made in by_members.items():
+        per_pool[label_of[members]][1] = made
     cells = {k: v["seconds"] for k, v in result["cells"].items()}
     return {"mode": mode, "seconds": seconds, "generated": generated[0], "estimate": estimate,
             "load": os.getloadavg(), "settings": settings, "per_pool": per_pool, "cells": cells}

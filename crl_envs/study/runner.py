@@ -375,9 +375,6 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
 
     try:
         bar.set_postfix_str(f"0/{len(todo)} cells", refresh=True)
-        # local coalitions run on the default LocalExecutor unless the config sets their group size
-        coalition_executor = executor if config.executor.kind != "local" \
-            or config.executor.coalitions_per_task is not None else None
         local = [c for c in todo if c.kind == "valuation"]
         rest = [c for c in todo if c.kind != "valuation"]
         if config.executor.kind == "local":  # one cell at a time: claim each just before it runs
@@ -387,7 +384,7 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
             if pending([cell]):
                 if claimed(cell):
                     if cell.id not in results:
-                        _run_claimed(cell, out, coalition_executor, finished, tracking)
+                        _run_claimed(cell, out, executor, finished, tracking)
                 else:
                     waiting.append(cell)  # another driver is running it: come back at the end
         mine = []  # whole cells on the executor: every one claimed first, held until its result is written
@@ -412,7 +409,7 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
                     waiting.remove(cell)
                     progressed = True
                     if cell.id not in results:
-                        _run_claimed(cell, out, coalition_executor, finished, tracking)
+                        _run_claimed(cell, out, executor, finished, tracking)
                 elif cell.id not in told:
                     told.add(cell.id)
                     tqdm.write(f"[crl-envs study] {cell.id} is being run by {lock_holder(out, cell)}; waiting for "
