@@ -177,3 +177,73 @@ def test_a_dict_of_factories_mixes_two_protocols_row_by_row(zoo, task, tmp_path)
     for game, example, text, reward, episode in seen:
         assert episode.protocol == game.name
         assert reward == game.play(example, replay(LEARNER, [text])).score
+
+
+# ---------------------------------------------------------------------- OpenEnv
+@pytest.fixture(scope="module")
+def server(zoo, task):
+    """A real OpenEnv server on localhost (uvicorn in a thread) serving the learner's seat of a 2-round debate."""
+    pytest.importorskip("openenv")
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from crl_envs.integrations.openenv_server import create_collaboration_app
+
+    app = create_collaboration_app("debate", zoo, task, LEARNER, options={"rounds": 2})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not srv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the OpenEnv server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(timeout=30)
+
+
+def play_over_http(url, example_id, texts):
+    """One episode through OpenEnv's own client: the contexts seen, and the final step's reward and done."""
+    from openenv.core import GenericEnvClient
+
+    contexts = []
+    with GenericEnvClient(base_url=url).sync() as env:
+        result = env.reset(example_id=example_id)
+        for text in texts:
+            assert not result.done
+            contexts.append(result.observation["context"])
+            result = env.step({"message": text})
+        state = env.state()
+    return contexts, result, state
+
+
+def test_an_openenv_client_plays_the_same_episode_as_in_process(server, zoo, task):
+    texts = ["The answer is 7.", "The answer is 48."]
+    contexts, result, state = play_over_http(server, task[0].id, texts)
+    game = SeatGame("debate", zoo, task, LEARNER, options={"rounds": 2})
+    seat = LearnerSeat(game)
+    assert contexts == drive(seat, task[0], texts)
+    assert result.done and result.reward == seat.reward == game.play(task[0], replay(LEARNER, texts)).score
+    assert state["example_id"] == task[0].id and state["turns"] == 2 and state["protocol"] == "debate_v0"
+
+
+def test_two_concurrent_openenv_sessions_are_kept_apart(server, zoo, task):
+    from concurrent.futures import ThreadPoolExecutor
+
+    plays = {task[1].id: ["The answer is 1.", "The answer is 2."],
+             task[2].id: [f"The answer is {task[2].answer}."] * 2}
+    with ThreadPoolExecutor(2) as workers:
+        results = dict(zip(plays, workers.map(lambda item: play_over_http(server, *item), plays.items())))
+    game = SeatGame("debate", zoo, task, LEARNER, options={"rounds": 2})
+    for example_id, texts in plays.items():
+        contexts, result, state = results[example_id]
+        example = task.by_id(example_id)
+        assert contexts == drive(LearnerSeat(game), example, texts)  # each session saw its own question only
+        assert result.reward == game.play(example, replay(LEARNER, texts)).score
+        assert state["example_id"] == example_id
