@@ -114,6 +114,27 @@ def test_bad_seats_fail_at_once_with_one_line(zoo, task):
         LearnerSeat(SeatGame("vote", zoo, task, LEARNER)).say("The answer is 1.")
 
 
+def test_bad_openenv_apps_and_steps_fail_at_once(zoo, task):
+    pytest.importorskip("openenv")
+    from crl_envs.integrations.openenv_server import (
+        CollaborationEnvironment,
+        SeatAction,
+        create_collaboration_app,
+    )
+
+    with pytest.raises(ValueError, match="learner 'model_9' is not in the pool"):
+        create_collaboration_app("vote", zoo, task, "model_9")
+    with pytest.raises(ValueError, match="unknown protocol"):
+        create_collaboration_app("chess", zoo, task, LEARNER)
+    env = CollaborationEnvironment(SeatGame("vote", zoo, task, LEARNER))
+    with pytest.raises(ValueError, match="call reset"):
+        env.step(SeatAction(message="The answer is 1."))
+    observation = env.reset(seed=len(task) + 2)  # seed k: the task's question k mod n
+    assert not observation.done and task[2].question in observation.context
+    last = env.step(SeatAction(message=f"The answer is {task[2].answer}."))
+    assert last.done and last.reward == last.metadata["score"] and env.state.example_id == task[2].id
+
+
 # ---------------------------------------------------------------------- TRL's environment_factory
 def grpo_trainer(zoo, factory, dataset, tmp_path, reward_funcs, steps=2):
     trl = pytest.importorskip("trl")
@@ -247,3 +268,34 @@ def test_two_concurrent_openenv_sessions_are_kept_apart(server, zoo, task):
         assert contexts == drive(LearnerSeat(game), example, texts)  # each session saw its own question only
         assert result.reward == game.play(example, replay(LEARNER, texts)).score
         assert state["example_id"] == example_id
+
+
+def test_the_say_tool_carries_each_turn_and_the_reward_is_the_libraries(zoo, task):
+    pytest.importorskip("trl")
+    from transformers.utils import get_json_schema
+
+    from crl_envs.integrations.trl_environment import EPISODE_OVER, EnvironmentFactory, seat_reward
+
+    factory = EnvironmentFactory("debate", zoo, task, LEARNER, options={"rounds": 2}, tools=True, reward="loo")
+    env = factory()
+    schema = get_json_schema(env.say)  # what TRL shows the model: the tool's name, doc and typed argument
+    assert schema["function"]["name"] == "say" and schema["function"]["parameters"]["required"] == ["message"]
+    first = env.reset(example_id=task[3].id, question=task[3].question)
+    second = env.say("The answer is 5.")
+    assert task[3].question in first and "Other agents' answers" in second
+    completion = [{"role": "assistant", "content": "The answer is 6."}]  # the final answer: the learner's last turn
+    [reward] = seat_reward([completion], environments=[env])
+    assert env.say("more?") == EPISODE_OVER
+    game = SeatGame("debate", zoo, task, LEARNER, options={"rounds": 2})
+    texts = ["The answer is 5.", "The answer is 6."]
+    without = game.value_without(task[3], [a for a in zoo.ids if a != LEARNER])
+    assert reward == pytest.approx(game.play(task[3], replay(LEARNER, texts)).score - without)
+
+
+def test_tools_need_a_template_that_renders_them(zoo, task):
+    pytest.importorskip("trl")
+    from crl_envs.integrations.trl_environment import EnvironmentFactory, with_tool_turns
+
+    with pytest.raises(ValueError, match="does not render tool calls"):
+        EnvironmentFactory("debate", zoo, task, LEARNER, tools=True, tokenizer=zoo[LEARNER].tokenizer)
+    EnvironmentFactory("debate", zoo, task, LEARNER, tools=True, tokenizer=with_tool_turns(zoo[LEARNER].tokenizer))

@@ -118,15 +118,24 @@ class EnvironmentFactory:
             protocols where it speaks more than once (a tool-calling model and chat template); ``False``
             (default) checks that the learner speaks once per episode (played with stand-ins).
         name: the value of the dataset's ``environment`` column when factories are mixed in a dict.
+        tokenizer: the learner's tokenizer; with ``tools=True`` its chat template must render tool calls
+            (checked here, with TRL's own test, rather than when the trainer starts).
     """
 
     def __init__(self, protocol: Any, pool: Pool | Sequence[Any] | str, task: Task | str, learner: str, *,
                  reward: str = "system", options: Mapping[str, Any] | None = None, tools: bool = False,
                  partner_sampling: SamplingParams | None = None, seed: int = 0, memo: RequestMemo | None = None,
-                 name: str | None = None):
+                 name: str | None = None, tokenizer: Any = None):
         self.game = SeatGame(protocol, pool, task, learner, reward=reward, options=options,
                              partner_sampling=partner_sampling, seed=seed, memo=memo)
         self.tools, self.name = bool(tools), name or self.game.name
+        if self.tools and tokenizer is not None:
+            from trl.chat_template_utils import supports_tool_calling
+
+            if not supports_tool_calling(tokenizer):
+                raise ConfigError(f"tools=True, but the chat template of {type(tokenizer).__name__} "
+                                  f"{getattr(tokenizer, 'name_or_path', '')!r} does not render tool calls: use a "
+                                  "tool-calling model, or tools=False with a protocol where the learner speaks once")
         if not self.tools:
             turns = learner_turns(self.game)
             if turns > 1:
