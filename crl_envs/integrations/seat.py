@@ -45,11 +45,11 @@ class _Stop(Exception):
 
 
 def render(messages: Sequence[Message]) -> str:
-    """A learner's request as one text: a lone user message is its content; otherwise each message
-    under its role, in order (what a trainer appends to the learner's prompt)."""
-    if len(messages) == 1 and messages[0]["role"] == "user":
-        return messages[0]["content"]
-    return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
+    """A learner's request as one text (what a trainer appends to the learner's user prompt): the contents of
+    its system and user messages, in order, a blank line apart; other roles (an earlier assistant turn) are
+    marked ``[role]``."""
+    return "\n\n".join(m["content"] if m["role"] in ("system", "user") else f"[{m['role']}]\n{m['content']}"
+                         for m in messages)
 
 
 class SeatGame:
