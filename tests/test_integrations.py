@@ -301,3 +301,19 @@ def test_tools_need_a_template_that_renders_them(zoo, task):
     with pytest.raises(ValueError, match="does not render tool calls"):
         EnvironmentFactory("debate", zoo, task, LEARNER, tools=True, tokenizer=zoo[LEARNER].tokenizer)
     EnvironmentFactory("debate", zoo, task, LEARNER, tools=True, tokenizer=with_tool_turns(zoo[LEARNER].tokenizer))
+
+
+def test_the_request_memo_reuses_partner_answers_and_changes_nothing(zoo, task):
+    from crl_envs.runner import RequestMemo
+
+    texts = ["The answer is 7.", "The answer is 48."]
+    plain = LearnerSeat(SeatGame("debate", zoo, task, LEARNER, options={"rounds": 2}))
+    memo_game = SeatGame("debate", zoo, task, LEARNER, options={"rounds": 2}, memo=RequestMemo())
+    first, second = LearnerSeat(memo_game), LearnerSeat(memo_game)
+    for seat in (plain, first, second):
+        drive(seat, task[4], texts)
+    assert [t.text for t in first.episode.transcript] == [t.text for t in plain.episode.transcript]
+    assert [t.text for t in second.episode.transcript] == [t.text for t in plain.episode.transcript]
+    partners = [a for a in zoo.ids if a != LEARNER]
+    assert sum(first.episode.usage[a].generated_calls for a in partners) == 2 * len(partners)  # 2 rounds each
+    assert sum(second.episode.usage[a].generated_calls for a in partners) == 0  # all reused
