@@ -30,8 +30,8 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -104,7 +104,8 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def read_results(path: Path = RESULTS) -> dict:
+def read_results(path: Path | None = None) -> dict:
+    path = path or RESULTS
     if not path.exists():
         return {}
     try:
@@ -158,10 +159,11 @@ def figure_problem(name: str, figure: str, entry: object) -> str:
     return ""
 
 
-def record(name: str, entry: dict, path: Path = RESULTS) -> bool:
+def record(name: str, entry: dict, path: Path | None = None) -> bool:
     """Store ``entry`` as ``name``'s result in ``path``: read, changed and replaced under a lock (the
     directory's flock) through a unique temporary name, so concurrent runs keep each other's entries.
     A failed run does not replace a good entry (returns False then)."""
+    path = path or RESULTS
     entry = {**entry, "digest": ""}
     entry["digest"] = entry_digest(entry)
     path.parent.mkdir(parents=True, exist_ok=True)
