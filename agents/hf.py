@@ -21,6 +21,7 @@ import contextlib
 import gc
 import hashlib
 import inspect
+import json
 import re
 import shutil
 import tempfile
@@ -442,11 +443,19 @@ class HFAgent(TokenizerPrompts, Agent):
         if not config:
             return None
         active = getattr(self.model, "active_adapter", None)
-        return [active, {k: repr(v) for k, v in sorted(config.items())}]
+        return [active, {k: peft_settings(v) for k, v in sorted(config.items())}]
 
     def _identity_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The tensors the fingerprint hashes: every parameter and buffer."""
         return iter(self.model.state_dict().items())
+
+
+def peft_settings(config: Any) -> str:
+    """A peft adapter config as canonical JSON: the same in every process (its sets sorted; a set's repr
+    follows the process's string hashing)."""
+    data = config.to_dict() if hasattr(config, "to_dict") else vars(config)
+    return json.dumps(data, sort_keys=True,
+                      default=lambda o: sorted(map(str, o)) if isinstance(o, (set, frozenset)) else str(o))
 
 
 @contextlib.contextmanager
@@ -494,7 +503,7 @@ class LoraAdapterAgent(HFAgent):
 
     def _adapter_identity(self) -> Any:
         """This learner's adapter alone: its name and settings (the other adapters on the base never answer)."""
-        return [self.adapter, repr(self.model.peft_config[self.adapter])]
+        return [self.adapter, peft_settings(self.model.peft_config[self.adapter])]
 
     def _identity_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The base model's tensors and this adapter's, not the other learners' adapters: two learners

@@ -106,3 +106,31 @@ def test_llamacpp_fingerprint_covers_n_ctx():
     finally:
         short.close()
         long.close()
+
+
+LEARNERS = """
+import agents, agents.zoo, torch
+from trainers import CRLConfig, CRLTrainer, LoraSettings
+torch.set_num_threads(1)
+pool = agents.pool(["zoo:zoo-nocarry", "zoo:zoo-rookie", "zoo:zoo-rookie"])
+config = CRLConfig(steps=1, questions_per_step=2, num_generations=2, max_new_tokens=8, progress=False, seed=1,
+                   lora=LoraSettings(r=2, alpha=4), lora_shared_base=True)
+trainer = CRLTrainer("vote", pool, "arith", learners=["model_1", "model_2"], config=config)
+print(trainer.policies["model_1"].fingerprint, trainer.policies["model_2"].fingerprint)
+"""
+
+
+@pytest.mark.slow
+def test_lora_learner_fingerprints_are_the_same_in_every_process():
+    """The adapter's settings are hashed as canonical JSON (peft keeps target_modules in a set, whose repr
+    follows the process's string hashing): caches shared by processes keep matching."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    outs = {subprocess.run([sys.executable, "-c", LEARNERS], capture_output=True, text=True, cwd=root, check=True,
+                           env={**os.environ, "PYTHONPATH": str(root), "PYTHONHASHSEED": seed}).stdout.split()[-2:]
+            .__repr__() for seed in ("1", "2", "3")}
+    assert len(outs) == 1
