@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import json
 import math
 import numbers
 from collections.abc import Sequence
@@ -261,11 +262,32 @@ def encode_prompt_text(tokenizer: Any, text: str) -> list[int]:
     return ids
 
 
+#: the conversation whose rendering fingerprints a chat template: every role, two user turns
+FINGERPRINT_CHAT: tuple[Message, ...] = (
+    {"role": "system", "content": "s"}, {"role": "user", "content": "u1"},
+    {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"},
+)
+
+
 class TokenizerPrompts:
     """Prompts and answer text through a Hugging Face tokenizer (``self.tokenizer``), the same way in
     every local backend (HFAgent, VLLMAgent, LlamaCppAgent): the same chat is the same token ids."""
 
     tokenizer: Any
+
+    def prompt_identity(self) -> str:
+        """Everything besides the weights that sets a local backend's answer to a chat, for its
+        fingerprint: the chat template's source, a conversation with every role rendered (a template
+        that now renders the system message changes it), the eos ids decoding stops at and the default
+        stop strings. The one place for it (HFAgent, VLLMAgent and LlamaCppAgent hash it)."""
+        try:
+            rendered = self.render(FINGERPRINT_CHAT)
+        except Exception as e:  # a template that refuses a role: its source and the one-turn render still count
+            rendered = f"<refused: {type(e).__name__}: {e}>"
+        return json.dumps({"template": getattr(self.tokenizer, "chat_template", None), "chat": rendered,
+                           "one": self.render([{"role": "user", "content": "x"}]),
+                           "eos": sorted(getattr(self, "eos_ids", None) or ()),
+                           "stop": list(default_stop(self.tokenizer))}, sort_keys=True, default=str)
 
     def render(self, messages: Sequence[Message]) -> str:
         """The prompt text of a chat: the tokenizer's chat template, or :func:`plain_chat_format`."""

@@ -11,7 +11,11 @@ the agent would send (:meth:`agents.openai.OpenAIAgent.payload`: messages, every
 and stops included, and the agent's extra fields): everything that can change the answer. Only
 requests with a seed or greedy ones are cached; an unseeded sampled request asks for a fresh sample
 every time. Each entry is one JSON file written atomically; on read its stored key and request body
-must equal the request's, else it is ignored (and overwritten by the fresh answer).
+must equal the request's and every field of the generation must have its type, else it is ignored
+(and overwritten by the fresh answer). Keys are public, so only a directory that nobody else can write
+is used (owned by you, not group- or world-writable: else one line refuses it), and only regular files
+you own are read (:mod:`crl_kit.safe_io`: a FIFO or a symlink at an entry's path is refused, never
+waited on). Entries are ``0644 & ~umask`` like the coalition cache's (see :mod:`crl_kit.safe_io`).
 """
 
 from __future__ import annotations
@@ -20,14 +24,15 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
-import tempfile
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from agents.base import Agent, Generation, Request
+from crl_kit.errors import ConfigError
+from crl_kit.safe_io import atomic_write_json, read_json, trusted_directory
 
 ENV = "CRL_ENVS_GENERATION_CACHE"
 VERSION = 1
@@ -93,34 +98,61 @@ def _path(root: Path, key: str) -> Path:
     return root / key[:2] / f"{key}.json"
 
 
-def _read(root: Path, key: str, body: dict[str, Any]) -> Generation | None:
-    path = _path(root, key)
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+_KEY = re.compile(r"[0-9a-f]{40}\.json")
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "text": (str,), "token_ids": (list, type(None)), "logprobs": (list, type(None)), "finish_reason": (str,),
+    "prompt_tokens": (int,), "completion_tokens": (int,), "prompt_token_ids": (list, type(None)),
+    "seconds": (int, float),
+}
+
+
+def _check_directory(root: Path, sub: Path) -> None:
+    """Refuse (one line) a cache directory someone else could write: its entries would be served."""
+    for d in (root, sub):
+        why = trusted_directory(d)
+        if why:
+            raise ConfigError(f"generation cache {d} {why}: its entries could be planted; use a directory "
+                              f"of your own (mode 700 or 755) for ${ENV}")
+
+
+def _generation(record: Any, key: str, body: dict[str, Any]) -> Generation | None:
+    """The generation a cache record holds, when it is this request's and every field has its type."""
     if not isinstance(record, dict) or record.get("key") != key or record.get("body") != body \
             or record.get("version") != VERSION or not isinstance(record.get("generation"), dict):
         return None
-    try:
-        return Generation(**record["generation"])
-    except TypeError:
+    fields = record["generation"]
+    if set(fields) != set(_FIELD_TYPES) or any(
+            not isinstance(fields[f], types) or isinstance(fields[f], bool) for f, types in _FIELD_TYPES.items()):
         return None
+    for f, item in (("token_ids", int), ("prompt_token_ids", int), ("logprobs", (int, float))):
+        if fields[f] is not None and not all(isinstance(x, item) and not isinstance(x, bool) for x in fields[f]):
+            return None
+    return Generation(**fields)
+
+
+def _read(root: Path, key: str, body: dict[str, Any]) -> Generation | None:
+    path = _path(root, key)
+    _check_directory(root, path.parent)
+    try:
+        record = read_json(path, owner=os.getuid())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return _generation(record, key, body)
 
 
 def _write(root: Path, key: str, body: dict[str, Any], fingerprint: str, gen: Generation) -> None:
     path = _path(root, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o755, exist_ok=True)  # never group-writable, whatever the umask
+    _check_directory(root, path.parent)
     record = {"version": VERSION, "key": key, "fingerprint": fingerprint, "body": body, "generation": asdict(gen)}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_json(path, record)
+
+
+def _entries(root: Path) -> list[Path]:
+    """The cache's own entry files: ``<2 hex>/<40 hex>.json`` whose name starts with its directory's."""
+    return [p for p in root.glob("*/*.json")
+            if _KEY.fullmatch(p.name) and p.parent.name == p.name[:2] and p.is_file() and not p.is_symlink()]
 
 
 def size(root: str | os.PathLike | None = None) -> tuple[int, int]:
@@ -128,20 +160,28 @@ def size(root: str | os.PathLike | None = None) -> tuple[int, int]:
     root = Path(root) if root is not None else directory()
     if root is None or not root.exists():
         return 0, 0
-    files = [p for p in root.glob("*/*.json")]
+    files = _entries(root)
     return len(files), sum(p.stat().st_size for p in files)
 
 
 def clear(root: str | os.PathLike | None = None) -> int:
-    """Delete every cached generation at ``root`` (default: the current :func:`directory`); returns how many."""
+    """Delete the cached generations at ``root`` (default: the current :func:`directory`); returns how
+    many. Only the cache's own entries go (and their directories, once empty): anything else in
+    ``root`` is left alone, so a mistyped ``--dir`` cannot delete someone's files."""
     root = Path(root) if root is not None else directory()
     if root is None or not root.exists():
         return 0
-    entries, _ = size(root)
-    for sub in root.iterdir():
-        if sub.is_dir() and len(sub.name) == 2:
-            shutil.rmtree(sub)
-    return entries
+    entries = _entries(root)
+    for p in entries:
+        p.unlink()
+    for sub in {p.parent for p in entries}:
+        for tmp in sub.glob(".*.json.*.tmp"):  # a killed writer's leftovers
+            tmp.unlink()
+        try:
+            sub.rmdir()
+        except OSError:  # holds something that is not ours
+            pass
+    return len(entries)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,7 @@ import contextlib
 import gc
 import hashlib
 import inspect
+import json
 import re
 import shutil
 import tempfile
@@ -418,20 +419,43 @@ class HFAgent(TokenizerPrompts, Agent):
 
     @property
     def fingerprint(self) -> str:
-        """Changes when the weights change: a checksum of every byte of every parameter and buffer
-        (not a sample: any weight may change the outputs). Recomputed on every call (a memo keyed by
-        torch's version counters would miss writes through ``.data``): about 0.3 s for the 135M-parameter
-        SmolLM2 and 1 s for gemma-3-270m (fp32) on one idle core, under 1 ms for a zoo model."""
+        """Changes when the answers may change: a checksum of every byte of every parameter and buffer
+        (not a sample: any weight may change the outputs; with peft, the active adapter's name too),
+        and :meth:`~agents.base.TokenizerPrompts.prompt_identity` (chat template, eos ids, default
+        stops). Recomputed on every call (a memo keyed by torch's version counters would miss writes
+        through ``.data``): about 0.3 s for the 135M-parameter SmolLM2 and 1 s for gemma-3-270m (fp32)
+        on one idle core, under 1 ms for a zoo model."""
         h = hashlib.blake2b(digest_size=12)
         h.update(self.name.encode())
-        h.update(str(self.render([{"role": "user", "content": "x"}])).encode())
+        h.update(self.prompt_identity().encode())
+        h.update(repr(self._adapter_identity()).encode())
         with torch.no_grad():
-            for name, t in self.model.state_dict().items():
+            for name, t in self._identity_tensors():
                 h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
                 data = t.detach().to("cpu").contiguous().reshape(-1)
                 if data.numel():
                     h.update(data.view(torch.uint8).numpy().data)
         return f"hf:{self.name}:{h.hexdigest()}"
+
+    def _adapter_identity(self) -> Any:
+        """The peft adapter(s) that answer (name and settings), or None for a plain model."""
+        config = getattr(self.model, "peft_config", None)
+        if not config:
+            return None
+        active = getattr(self.model, "active_adapter", None)
+        return [active, {k: peft_settings(v) for k, v in sorted(config.items())}]
+
+    def _identity_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The tensors the fingerprint hashes: every parameter and buffer."""
+        return iter(self.model.state_dict().items())
+
+
+def peft_settings(config: Any) -> str:
+    """A peft adapter config as canonical JSON: the same in every process (its sets sorted; a set's repr
+    follows the process's string hashing)."""
+    data = config.to_dict() if hasattr(config, "to_dict") else vars(config)
+    return json.dumps(data, sort_keys=True,
+                      default=lambda o: sorted(map(str, o)) if isinstance(o, (set, frozenset)) else str(o))
 
 
 @contextlib.contextmanager
@@ -476,6 +500,16 @@ class LoraAdapterAgent(HFAgent):
     def _generate(self, requests: list[Request]) -> list[Generation]:
         with active_adapter(self.model, self.adapter):
             return super()._generate(requests)
+
+    def _adapter_identity(self) -> Any:
+        """This learner's adapter alone: its name and settings (the other adapters on the base never answer)."""
+        return [self.adapter, peft_settings(self.model.peft_config[self.adapter])]
+
+    def _identity_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The base model's tensors and this adapter's, not the other learners' adapters: two learners
+        copied from one base differ by their adapters' weights (and names), as their answers do."""
+        others = [re.compile(rf"\.lora_\w+\.{re.escape(a)}(\.|$)") for a in self.model.peft_config if a != self.adapter]
+        return ((n, t) for n, t in self.model.state_dict().items() if not any(o.search(n) for o in others))
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
         """This adapter's own parameters (by their names in the shared model)."""

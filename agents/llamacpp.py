@@ -292,13 +292,14 @@ class LlamaCppAgent(TokenizerPrompts, Agent):
     # ------------------------------------------------------------------ identity
     @property
     def fingerprint(self) -> str:
-        """Changes when outputs may change: the GGUF file's sha256, the name, the prompt rendering and
-        the llama.cpp version (its kernels set the logits); not ``n_ctx`` or threads."""
+        """Changes when outputs may change: the GGUF file's sha256, the name, ``n_ctx`` (an answer that
+        reaches it is cut), :meth:`~agents.base.TokenizerPrompts.prompt_identity` and the llama.cpp
+        version (its kernels set the logits); not threads."""
         import hashlib
 
         h = hashlib.blake2b(digest_size=12)
-        for part in (self.name, self.sha256, self._llama_cpp.__version__,
-                     self.render([{"role": "user", "content": "x"}]), str(sorted(self.eos_ids))):
+        for part in (self.name, self.sha256, self._llama_cpp.__version__, f"n_ctx={self.context_length}",
+                     self.prompt_identity()):
             h.update(part.encode())
             h.update(b"\0")
         return f"llamacpp:{self.name}:{h.hexdigest()}"

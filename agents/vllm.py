@@ -333,6 +333,7 @@ class VLLMAgent(TokenizerPrompts, Agent):
 
         self.engine.lora_ids += 1
         lora_id = self.engine.lora_ids
+        self.lora_digest = directory_digest(path)  # the adapter loaded now, by content
         self.lora_request = LoRARequest(f"{self.name}-lora-{lora_id}", lora_id, str(path))
 
     def load_weights(self, weights: Mapping[str, Any] | Iterable[tuple[str, Any]] | str | Path) -> None:
@@ -393,8 +394,12 @@ class VLLMAgent(TokenizerPrompts, Agent):
 
     @property
     def fingerprint(self) -> str:
-        lora = self.lora_request.lora_path if self.lora_request is not None else "-"
-        return f"vllm:{self.name}:{self.source}:{lora}:{self.engine.weights_tag}"
+        """Changes when the answers may change: the model, the weights loaded into the engine (every
+        byte), the LoRA adapter by its files' content (a trainer re-saves each step's adapter to one
+        directory), and :meth:`~agents.base.TokenizerPrompts.prompt_identity`."""
+        lora = self.lora_digest if self.lora_request is not None else "-"
+        prompt = hashlib.blake2b(self.prompt_identity().encode(), digest_size=8).hexdigest()
+        return f"vllm:{self.name}:{self.source}:{lora}:{self.engine.weights_tag}:{prompt}"
 
     def __repr__(self) -> str:
         return f"VLLMAgent({self.name!r}, model={self.source!r})"
@@ -530,8 +535,28 @@ def _load_weights_on_worker(worker: Any, pairs: list[tuple[str, Any]]) -> None:
 
 
 def _checksum(pairs: list[tuple[str, Any]]) -> str:
+    """A checksum of every byte of every tensor (with its name, dtype and shape)."""
+    import torch
+
     h = hashlib.blake2b(digest_size=8)
     for name, tensor in pairs:
         h.update(name.encode())
-        h.update(tensor.reshape(-1)[:256].float().cpu().numpy().tobytes())
+        h.update(f"{getattr(tensor, 'dtype', '')}:{tuple(getattr(tensor, 'shape', ()))}".encode())
+        data = torch.as_tensor(tensor).detach().to("cpu").contiguous().reshape(-1)  # every element: any weight may change answers
+        if data.numel():
+            h.update(data.view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
+def directory_digest(path: str | Path) -> str:
+    """A checksum of every file under ``path`` (names and bytes; a single file alone)."""
+    root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    h = hashlib.blake2b(digest_size=12)
+    for f in files:
+        h.update(str(f.relative_to(root) if root.is_dir() else f.name).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
     return h.hexdigest()

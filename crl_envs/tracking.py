@@ -49,8 +49,10 @@ class Tracker(abc.ABC):
         """Make what was logged so far readable by the tracker's own tools (default: already readable)."""
         return None
 
-    def close(self) -> None:
-        """End the run (after this, nothing more is logged; default: nothing to release)."""
+    def close(self, status: str = "FINISHED") -> None:
+        """End the run (after this, nothing more is logged; default: nothing to release). ``status``:
+        ``"FINISHED"``, or ``"FAILED"``/``"KILLED"`` when the run ended on an exception or an interrupt
+        (so a dead run is not left RUNNING)."""
         return None
 
 
@@ -84,7 +86,9 @@ def open_trackers(names: Sequence[str], directory: str | Path, *, project: str, 
     """Open one run named ``run`` of ``project`` on each tracker of ``names``, with ``config`` recorded.
 
     Runs that share ``directory`` share its stores (one MLflow database for a study's training runs);
-    TensorBoard's events go to ``tensorboard_dir`` (default ``directory``), one directory per run.
+    TensorBoard's events go to ``tensorboard_dir`` (default ``directory``), one directory per run. A run
+    of the same name already in ``directory``'s stores (a resumed training cell) is continued, not opened
+    a second time (MLflow, trackio).
 
     Raises:
         ValueError, TypeError, ImportError: see :func:`check_trackers`.
@@ -128,9 +132,9 @@ class Trackers(Tracker):
         for tracker in self.trackers:
             tracker.flush()
 
-    def close(self) -> None:
+    def close(self, status: str = "FINISHED") -> None:
         for tracker in self.trackers:
-            tracker.close()
+            tracker.close(status)
 
     def __bool__(self) -> bool:
         return bool(self.trackers)
@@ -158,28 +162,55 @@ class TensorBoardTracker(Tracker):
     def flush(self) -> None:
         self.writer.flush()
 
-    def close(self) -> None:
+    def close(self, status: str = "FINISHED") -> None:
         self.writer.close()
 
 
 class MLflowTracker(Tracker):
+    """One MLflow run. Its experiment is the project, with artifacts in ``<directory>/mlflow-artifacts``;
+    when ``MLFLOW_TRACKING_URI`` is shared by several directories (two studies of one name) and the
+    project's experiment keeps its artifacts in another directory, this directory's runs go to the
+    experiment ``"<project> (<directory>)"`` instead, so no study's files land in another's. A run of the
+    same name made from the same directory (tag ``crl_envs.directory``) is continued (a resumed cell)."""
+
     name = "mlflow"
+    DIRECTORY_TAG = "crl_envs.directory"
 
     def __init__(self, directory: Path, project: str, run: str, config: dict[str, Any]):
         import os
 
-        from mlflow.entities import Param
+        from mlflow.entities import Param, RunTag
         from mlflow.tracking import MlflowClient
 
-        self.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{directory.resolve() / 'mlflow.db'}"
+        directory = directory.resolve()
+        self.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{directory / 'mlflow.db'}"
         self.client = MlflowClient(tracking_uri=self.uri)
-        experiment = self.client.get_experiment_by_name(project)
-        experiment_id = experiment.experiment_id if experiment is not None else self.client.create_experiment(
-            project, artifact_location=(directory.resolve() / "mlflow-artifacts").as_uri())
+        artifacts = (directory / "mlflow-artifacts").as_uri()
+        experiment_id = self._experiment(project, artifacts)
+        if experiment_id is None:
+            experiment_id = self._experiment(f"{project} ({directory})", artifacts)
+        if experiment_id is None:
+            raise ConfigError(f"MLflow at {self.uri}: the experiments {project!r} and '{project} ({directory})' keep "
+                              "their artifacts elsewhere; rename the study or set another MLFLOW_TRACKING_URI")
+        same = [r for r in self.client.search_runs([experiment_id], filter_string=f"attributes.run_name = '{_quoted(run)}'")
+                if r.data.tags.get(self.DIRECTORY_TAG) == str(directory)]
+        if same:  # a resumed cell: the same run, running again
+            self.run_id = same[0].info.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+            return
         self.run_id = self.client.create_run(experiment_id, run_name=run).info.run_id
         params = [Param(k, str(v)[:6000]) for k, v in _flatten(config).items()]
+        self.client.log_batch(self.run_id, tags=[RunTag(self.DIRECTORY_TAG, str(directory))])
         for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=params[i: i + 100])
+
+    def _experiment(self, name: str, artifacts: str) -> str | None:
+        """The id of experiment ``name`` (made with ``artifacts`` when new), or None when it keeps its
+        artifacts somewhere else."""
+        experiment = self.client.get_experiment_by_name(name)
+        if experiment is None:
+            return self.client.create_experiment(name, artifact_location=artifacts)
+        return experiment.experiment_id if experiment.artifact_location == artifacts else None
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -190,8 +221,13 @@ class MLflowTracker(Tracker):
     def log_artifact(self, path: Path) -> None:
         self.client.log_artifact(self.run_id, str(path))
 
-    def close(self) -> None:
-        self.client.set_terminated(self.run_id)
+    def close(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+
+def _quoted(text: str) -> str:
+    """``text`` inside an MLflow filter's single quotes."""
+    return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
 class TrackioTracker(Tracker):
@@ -202,7 +238,7 @@ class TrackioTracker(Tracker):
 
         self.trackio = trackio
         self.run = trackio.init(project=project, name=run, config=config, embed=False, auto_log_cpu=False,
-                                auto_log_gpu=False)
+                                auto_log_gpu=False, resume="allow")  # a resumed cell continues its run
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self.run.log(dict(metrics), step=step)
@@ -210,7 +246,7 @@ class TrackioTracker(Tracker):
     def log_artifact(self, path: Path) -> None:
         self.trackio.log_artifact(str(path), name=path.name.replace(".", "-"), overwrite=True)
 
-    def close(self) -> None:
+    def close(self, status: str = "FINISHED") -> None:
         self.run.finish()
 
 
@@ -230,8 +266,8 @@ class WandbTracker(Tracker):
     def log_artifact(self, path: Path) -> None:
         self.run.save(str(path), base_path=str(path.parent), policy="now")
 
-    def close(self) -> None:
-        self.run.finish()
+    def close(self, status: str = "FINISHED") -> None:
+        self.run.finish(exit_code=0 if status == "FINISHED" else 1)
 
 
 _OPEN = {"tensorboard": TensorBoardTracker, "mlflow": MLflowTracker, "trackio": TrackioTracker, "wandb": WandbTracker}

@@ -251,10 +251,11 @@ def test_a_tokenizer_that_does_not_match_the_gguf_is_refused(gguf, tiny_model_di
 
 
 @needs_llama
-def test_fingerprint_follows_the_file_and_name_not_threads_or_context(smol, gguf):
+def test_fingerprint_follows_the_file_and_name_not_threads(smol, gguf):
     from agents.llamacpp import LlamaCppAgent
 
-    other = LlamaCppAgent(gguf, name=SMOLLM2, n_ctx=512, n_threads=1, tokenizer=smol.tokenizer)
+    # the context length counts (an answer that reaches it is cut): tests/test_hostile4_fingerprints.py
+    other = LlamaCppAgent(gguf, name=SMOLLM2, n_ctx=smol.context_length, n_threads=1, tokenizer=smol.tokenizer)
     renamed = LlamaCppAgent(gguf, name="other", tokenizer=smol.tokenizer)
     try:
         assert other.fingerprint == smol.fingerprint != renamed.fingerprint

@@ -34,6 +34,7 @@ from crl_envs.stats import PairedCI, paired_bootstrap_ci  # noqa: F401  (the sta
 from crl_envs.tasks import Task
 from crl_envs.tracking import open_trackers
 from crl_kit.errors import ConfigError, ConfigTypeError, RunError
+from crl_kit.safe_io import atomic_write_text, open_append, read_json, read_regular
 from trainers.advantages import ADVANTAGES, compute_advantages
 from trainers.config import TrainerConfig
 from trainers.losses import LossInputs, get_loss
@@ -417,6 +418,9 @@ class PolicyGradientTrainer(abc.ABC):
         if self.config.advantage not in ADVANTAGES:
             raise ConfigError(f"unknown advantage estimator {self.config.advantage!r}; registered: {sorted(ADVANTAGES)}")
         rollout_policies = _per_learner("rollout_policy", rollout_policy, ids, broadcast=("vllm",))
+        #: each pool member's content fingerprint before training (the learners' bases): a checkpoint
+        #: records it, and a resume onto other weights under the same name is refused
+        self._bases = {a: (policies[a] if a in policies else self.pool[a]).fingerprint for a in self.pool.ids}
         torch.manual_seed(self.config.seed)
         self._states: dict[str, _LearnerState] = (self._make_shared_states(ids, policies.get(ids[0])) if shared else
                                                   {j: self._make_state(j, policies.get(j)) for j in ids})
@@ -712,14 +716,20 @@ class PolicyGradientTrainer(abc.ABC):
             self._clear_output_dir()
         bar = tqdm(total=steps, initial=min(self.step, steps), desc=f"{type(self).__name__}",
                    disable=not self.config.progress)
-        while self.step < steps:
-            metrics = self.train_step()
-            self.history.append(metrics)
-            self.log(metrics)
-            bar.update(1)
-            bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", zero_var=f"{metrics['zero_variance_groups']:.2f}")
-            if self.config.output_dir and (self.step % self.config.save_steps == 0 or self.step == steps):
-                self.save_checkpoint()
+        try:
+            while self.step < steps:
+                metrics = self.train_step()
+                self.history.append(metrics)
+                self.log(metrics)
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", zero_var=f"{metrics['zero_variance_groups']:.2f}")
+                if self.config.output_dir and (self.step % self.config.save_steps == 0 or self.step == steps):
+                    self.save_checkpoint()
+        except BaseException as e:  # the trackers' run is marked as ended badly, not left RUNNING
+            if self._writer is not None:
+                self._writer.close("KILLED" if isinstance(e, (KeyboardInterrupt, SystemExit)) else "FAILED")
+                self._writer = None
+            raise
         bar.close()
         if self._writer is not None:  # the trackers' run ends with fit (a later fit opens a new one)
             self._writer.close()
@@ -812,7 +822,7 @@ class PolicyGradientTrainer(abc.ABC):
             return
         out = Path(self.config.output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        with open(out / "metrics.jsonl", "a") as f:
+        with open_append(out / "metrics.jsonl") as f:  # O_NOFOLLOW: never appended through a planted link
             f.write(json.dumps(metrics) + "\n")
         names = ("tensorboard",) * self.config.tensorboard + tuple(self.config.trackers)
         if names:
@@ -857,10 +867,14 @@ class PolicyGradientTrainer(abc.ABC):
         tmp.rename(final)
         return final
 
-    def latest_checkpoint(self) -> Path | None:
+    def checkpoints(self) -> list[Path]:
+        """This run's checkpoint directories, oldest first."""
         if not self.config.output_dir or not Path(self.config.output_dir).is_dir():
-            return None
-        found = sorted(p for p in Path(self.config.output_dir).glob("checkpoint-*") if (p / "state.json").exists())
+            return []
+        return sorted(p for p in Path(self.config.output_dir).glob("checkpoint-*") if (p / "state.json").exists())
+
+    def latest_checkpoint(self) -> Path | None:
+        found = self.checkpoints()
         return found[-1] if found else None
 
     def setup(self) -> dict[str, Any]:
@@ -869,7 +883,8 @@ class PolicyGradientTrainer(abc.ABC):
                 "protocol": getattr(self.protocol, "__name__", str(self.protocol)),
                 "task": {"name": self.task.name, "n": len(self.task),
                          "ids": stable_hash(*[ex.id for ex in self.task]) % (2**61)},
-                "pool": [self.pool[a].name for a in self.pool.ids]}
+                "pool": [self.pool[a].name for a in self.pool.ids],
+                "bases": [self._bases[a] for a in self.pool.ids]}
 
     def checkpoint_differences(self, state: dict[str, Any]) -> list[str]:
         """``field: saved -> current`` for every setting where the checkpoint's ``state`` differs from this trainer."""
@@ -887,21 +902,65 @@ class PolicyGradientTrainer(abc.ABC):
         return [f"{k}: {saved.get(k, '<unset>')!r} -> {current.get(k, '<unset>')!r}"
                 for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
 
+    def checkpoint_problem(self, path: Path) -> str:
+        """What is wrong with the checkpoint directory ``path`` ("" when every file it needs is there and
+        reads back), checked before anything is loaded: state.json, rng.pt, and each learner's
+        trainable.pt and optimizer.pt (torch archives whose zip index must read)."""
+        import zipfile
+
+        try:
+            state = read_json(path / "state.json")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            return f"{path / 'state.json'} is unreadable ({type(e).__name__})"
+        if not isinstance(state, dict) or not isinstance(state.get("step"), int) \
+                or not isinstance(state.get("rollouts"), int):
+            return f"{path / 'state.json'} holds no step and rollouts"
+        files = [path / "rng.pt"] + [self._learner_dir(path, j) / name for j in self._states
+                                     for name in ("trainable.pt", "optimizer.pt")]
+        for f in files:
+            if not f.is_file() or f.is_symlink():
+                return f"{f} is missing"
+            try:
+                with zipfile.ZipFile(f) as archive:
+                    bad = archive.testzip()
+            except (OSError, zipfile.BadZipFile) as e:
+                return f"{f} is damaged ({type(e).__name__}: {e})"
+            if bad is not None:
+                return f"{f} is damaged (its member {bad} fails its checksum)"
+        return ""
+
     def load_checkpoint(self, path: str | Path | None = None, *, strict: bool = True) -> bool:
         """Restore the latest (or the given) checkpoint; drop metrics logged after it. False if none.
 
-        With ``strict`` (default) a checkpoint written with other settings (see :meth:`fit`) raises
-        instead; ``strict=False`` loads it anyway (e.g. to continue with a new learning rate)."""
-        path = Path(path) if path is not None else self.latest_checkpoint()
+        Every file is checked before anything is loaded (:meth:`checkpoint_problem`): a damaged latest
+        checkpoint is reported in one line and the one before it is used (a damaged ``path`` given
+        explicitly raises). With ``strict`` (default) a checkpoint written with other settings (see
+        :meth:`fit`; the pool's weights included) raises instead; ``strict=False`` loads it anyway
+        (e.g. to continue with a new learning rate)."""
+        if path is not None:
+            path = Path(path)
+            problem = self.checkpoint_problem(path)
+            if problem:
+                raise RunError(f"cannot resume from {path}: {problem}; pass another checkpoint or fit(resume=False)")
+        else:
+            path = None
+            for candidate in reversed(self.checkpoints()):
+                problem = self.checkpoint_problem(candidate)
+                if not problem:
+                    path = candidate
+                    break
+                print(f"{type(self).__name__}: skipping a damaged checkpoint: {problem}")
         if path is None:
+            self._truncate_metrics(0, Path(self.config.output_dir) if self.config.output_dir else None)
             return False
-        state = json.loads((path / "state.json").read_text())
+        state = read_json(path / "state.json")
         differences = self.checkpoint_differences(state)
         if differences and strict:
             raise ConfigError(
                 f"{path} was written with other settings ({'; '.join(differences)}); use a new output_dir, "
                 "or fit(resume=False) to start over there, or load_checkpoint(strict=False) to continue from it anyway"
             )
+        loaded = {}
         for j, learner_state in self._states.items():
             where = self._learner_dir(path, j)
             weights = torch.load(where / "trainable.pt", map_location=learner_state.device)
@@ -909,19 +968,38 @@ class PolicyGradientTrainer(abc.ABC):
             if missing:
                 raise RunError(f"checkpoint {path} lacks {len(missing)} trainable tensors of {j} (e.g. "
                                    f"{sorted(missing)[0]}); was it written with the same model and LoRA settings?")
+            loaded[j] = (weights, torch.load(where / "optimizer.pt", map_location=learner_state.device))
+        for j, learner_state in self._states.items():  # every file read: only now is anything replaced
+            weights, optimizer = loaded[j]
             learner_state.policy.model.load_state_dict(weights, strict=False)
-            learner_state.optimizer.load_state_dict(torch.load(where / "optimizer.pt", map_location=learner_state.device))
+            learner_state.optimizer.load_state_dict(optimizer)
             learner_state.stale = learner_state.rollout_policy is not learner_state.policy
         torch.set_rng_state(torch.load(path / "rng.pt")["torch"])
         self.step, self.rollouts = int(state["step"]), int(state["rollouts"])
-        log = Path(self.config.output_dir or path.parent) / "metrics.jsonl"
-        if log.exists():
-            kept = [line for line in log.read_text().splitlines() if line and json.loads(line)["step"] <= self.step]
-            log.write_text("".join(line + "\n" for line in kept))
-            self.history = [json.loads(line) for line in kept]
+        self._truncate_metrics(self.step, Path(self.config.output_dir or path.parent))
         note = f"; settings differ ({'; '.join(differences)})" if differences else "; same settings"
         print(f"{type(self).__name__}: resumed from {path} at step {self.step}{note}")
         return True
+
+    def _truncate_metrics(self, step: int, root: Path | None) -> None:
+        """Keep the metrics of steps up to ``step`` (the checkpoint resumed from; 0 when none): a run
+        stopped after its last checkpoint logs those steps again, and must not list them twice."""
+        if root is None:
+            return
+        log = root / "metrics.jsonl"
+        try:
+            text = read_regular(log).decode()
+        except FileNotFoundError:
+            return
+        kept = []
+        for line in text.splitlines():
+            try:
+                if line and json.loads(line)["step"] <= step:
+                    kept.append(line)
+            except (json.JSONDecodeError, KeyError, TypeError):  # a line cut by a kill: dropped
+                continue
+        atomic_write_text(log, "".join(line + "\n" for line in kept))
+        self.history = [json.loads(line) for line in kept]
 
     def _clear_output_dir(self) -> None:
         """``fit(resume=False)``: remove this run's checkpoints, metrics and TensorBoard events."""

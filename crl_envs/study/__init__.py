@@ -137,11 +137,11 @@ def run(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: str
     # the distinct-request estimate only weighs the progress bar's cells: without a bar, every request is
     # counted (the coalition checks still refuse an oversized cell before any work)
     planned = plan(config) if progress else estimate(config, cells(config), distinct=False)
-    before = sum(load_result(config.out, c) is not None for c in planned)
-    results = run_cells(config, planned, progress=progress)
+    ran: list[str] = []  # the cells this driver ran (another driver on the same out may run others)
+    results = run_cells(config, planned, progress=progress, on_result=lambda cell, _: ran.append(cell.id))
     wall = time.perf_counter() - t0
     study = write(config, planned, results, run_info={
-        "cells": len(planned), "cached": before, "executed": len(planned) - before, "wall_seconds": wall,
+        "cells": len(planned), "cached": len(planned) - len(ran), "executed": len(ran), "wall_seconds": wall,
         "executor": config.executor.kind, "environment": environment()})
     if config.trackers:  # the config, the run's figures and the tables, as one "study" run
         trackers = open_trackers(config.trackers, config.out, project=config.name, run="study",

@@ -82,6 +82,9 @@ EXECUTOR_KINDS = ("local", "processes", "ray")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 #: The longest label: a cell's log file name joins three labels (a file name holds 255 bytes).
 MAX_LABEL = 64
+#: The most new tokens an answer may be given (a task's or [sampling]'s max_new_tokens): above any model's
+#: context; a larger number is a typo, and a decoder would size buffers by it.
+MAX_NEW_TOKENS = 1 << 16
 #: The most cells a study may plan, and the most coalition runs one valuation cell may plan: a larger
 #: plan is refused before it is built (its figure and the key to change named).
 MAX_CELLS = 10_000
@@ -106,6 +109,13 @@ def _check_label(key: str, label: Any, what: str) -> str:
         raise _error(key, f"a {what} label is 1 to {MAX_LABEL} letters, digits, '-', '_' or '.' (starting with a "
                           f"letter or digit), got {shown}; rename it")
     return label
+
+
+def _max_new_tokens(key: str, value: Any) -> int:
+    value = _int(key, value, 1, "24")
+    if value > MAX_NEW_TOKENS:
+        raise _error(key, f"must be at most {MAX_NEW_TOKENS:,} (an answer's tokens), got {value:,}")
+    return value
 
 
 def _unknown_keys(key: str, given: Mapping[str, Any], valid: Sequence[str]) -> None:
@@ -433,7 +443,7 @@ def _task(label: str, spec: Any) -> TaskConfig:
         _unknown_keys(f"{key}.options", options, valid)
     mnt = spec.get("max_new_tokens")
     if mnt is not None:
-        _int(f"{key}.max_new_tokens", mnt, 1, "24")
+        _max_new_tokens(f"{key}.max_new_tokens", mnt)
     seed = _int(f"{key}.seed", spec.get("seed", 0))
     return TaskConfig(label, name, n, split, seed, options, mnt,
                       _task_content(key, name, split, n, seed, options))
@@ -484,8 +494,8 @@ def _sampling(spec: dict[str, Any]) -> dict[str, Any]:
     _unknown_keys("sampling", spec, ["temperature", "top_p", "max_new_tokens"])
     out = {"temperature": _number("sampling.temperature", spec.get("temperature", 0.0), 0.0, 10.0, "0.0"),
            "top_p": _number("sampling.top_p", spec.get("top_p", 1.0), 0.0, 1.0, "1.0")}
-    out["max_new_tokens"] = _int("sampling.max_new_tokens", spec.get("max_new_tokens", _trainer_defaults()["max_new_tokens"]),
-                                 1, "24")
+    out["max_new_tokens"] = _max_new_tokens("sampling.max_new_tokens",
+                                            spec.get("max_new_tokens", _trainer_defaults()["max_new_tokens"]))
     if out["top_p"] == 0.0:
         raise _error("sampling.top_p", "must be > 0 (1.0 keeps every token)")
     return out
@@ -566,6 +576,7 @@ def _families(spec: dict[str, Any], protocols: Mapping[str, ProtocolConfig]) -> 
     out: dict[str, str] = {}
     for fam, members in spec.items():
         key = f"valuation.families.{fam}"
+        _check_label(key, fam, "family")  # it names a row of study.md: no '|' or newline
         if isinstance(members, str) or not isinstance(members, Sequence) or not members:
             raise _error(key, "must be a non-empty list of protocol labels or library families, e.g. "
                               "[\"routing\", \"cascade\"]")
@@ -770,6 +781,10 @@ def _executor(spec: dict[str, Any]) -> ExecutorConfig:
     workers = spec.get("workers")
     if workers is not None:
         _int("executor.workers", workers, 1, "2")
+        if kind != "processes":
+            raise _error("executor.workers", f"only applies to kind = \"processes\" (kind is {kind!r}; "
+                                             f"{'num_cpus sets a Ray cell' if kind == 'ray' else 'local runs in this process'}"
+                                             "); remove it or set kind = \"processes\"")
     address = spec.get("address")
     if address is not None:
         if kind != "ray":

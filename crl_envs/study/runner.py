@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from crl_envs.study.config import StudyConfig
 from crl_envs.study.plan import Cell
-from crl_envs.valuation.coalition import atomic_write_json
+from crl_envs.valuation.coalition import atomic_write_json, read_json
 from crl_kit.errors import RunError
 
 
@@ -233,7 +233,7 @@ def load_result(out: Path, cell: Cell) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        result = json.loads(path.read_text())
+        result = read_json(path)  # a regular file only: a FIFO planted there must not hang the study
         problem = result_problem(cell, result)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         problem = f"unreadable ({type(e).__name__}: {e})"

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +16,7 @@ import numpy as np
 from agents import Agent, Pool, SamplingParams
 from crl_envs.runner import DEFAULT_SAMPLING, ProtocolFactory, RequestMemo, run_coalitions
 from crl_envs.tasks import Task
+from crl_kit.safe_io import atomic_write_json, read_json  # noqa: F401  (the caches' one reader and writer)
 
 
 def members_of(mask: int, n: int) -> list[int]:
@@ -101,30 +99,3 @@ def canonical_sampling(sampling: SamplingParams | Mapping[str, SamplingParams] |
 def digest(obj: Any) -> str:
     """A 32-hex-digit sha256 of ``obj``'s canonical JSON."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()[:32]
-
-
-def atomic_write_json(path: Path, payload: Any) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide results from the other users of a cache
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass

@@ -56,6 +56,7 @@ from crl_envs.valuation.coalition import (
     coalition_scores,
     digest,
     members_of,
+    read_json,
 )
 from crl_envs.valuation.cost import calls_per_episode, distinct_calls
 from crl_envs.valuation.executors import Executor, resolve_executor
@@ -246,7 +247,7 @@ class CoalitionGame:
         """A cache file's scores, validated (this coalition's key and questions, one finite score in
         [0, 1] per question), or ``(None, what is wrong)``."""
         try:
-            record = json.loads(path.read_text())
+            record = read_json(path)  # a regular file only: a FIFO planted here must not hang us
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             return None, f"unreadable ({type(e).__name__})"
         if not isinstance(record, dict):
