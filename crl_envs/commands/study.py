@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = study.load_config(args.config, out=args.out)  # every key checked before any work
     planned = study.plan(config)
-    print(study.describe_plan(config, planned))
+    print(study.describe_plan(config, planned, probe=args.dry_run and config.training is not None))
     if args.dry_run:
         return 0
     if args.report:
