@@ -198,3 +198,25 @@ def test_training_tables_report_a_deletion_as_not_comparable_with_the_placebo_be
     assert "**vote on arith: not comparable: grpo_keeps_learner:" in text
     assert f"without the learner {without.mean():.3f}" in text and "Zero-variance groups: crl 95%, grpo 95%, placebo 95%" in text
     assert "Learner's parse rate before 1.00, after: crl 0.97, grpo 0.97, placebo 0.97." in text
+
+
+@pytest.mark.slow
+def test_tiny_zoo_study_chooses_the_rate_first_and_prints_the_gates(tmp_path):
+    """vote on the zoo, 1 step, C-RL, GRPO and the placebo, the rate chosen by a two-rate sweep: study.json
+    records the sweep and the choice, without_learner per setting and the gates; every training cell ran at the
+    chosen rate (a smoke test of the design, not evidence: 1 step trains nothing)."""
+    cfg = rule_config(tmp_path, {"candidates": [1e-3, 1e-5], "n": 10}, trainers=["crl", "grpo", "placebo"], seeds=[0],
+                      steps=1, questions_per_step=2, num_generations=2, n_train=8, n_eval=10, bootstrap_resamples=50,
+                      setups={"vote": {}})
+    with pytest.warns(UserWarning, match="above 0.0001, the bound"):  # the sweep's 1e-3 full fine-tune
+        result = study.run(cfg, progress=False)
+    t = result["training"]
+    (sweep,) = t["lr_sweep"]["settings"].values()
+    assert set(sweep["sweep"]) == {"0.001", "1e-05"}
+    assert sweep["learning_rate"] == choose_learning_rate({float(k): v for k, v in sweep["sweep"].items()},
+                                                          "largest_kept")["learning_rate"]
+    (st,) = t["settings"]
+    assert st["budget"]["learning_rate"] == sweep["learning_rate"] and 0 <= st["without_learner"] <= 1
+    assert {g["name"] for g in st["gates"]} == {"grpo_keeps_learner", "placebo_present", "no_collapse", "not_deletion"}
+    text = (tmp_path / "study.md").read_text()
+    assert "**Learning rate, chosen before the comparison**" in text and "**Gates, vote on arith:**" in text
