@@ -246,7 +246,7 @@ def test_training_statistics_recomputed_independently():
         alone = (rng.random(q) < 0.3).astype(float)
         baselines[key] = {"system": before.tolist(), "standalone": alone.tolist()}
 
-        def after(t, p):  # GRPO keeps the learner (the gates would refuse the setting otherwise: study.gates)
+        def after(t, p, before=before, alone=alone):  # GRPO keeps the learner (else the gates refuse the setting)
             system, dropped = np.where(rng.random(q) < p, 1.0, before), np.where(rng.random(q) < 0.1, 0.0, alone)
             return {"system": system.tolist(), "standalone": (alone if t == "grpo" else dropped).tolist()}
 
