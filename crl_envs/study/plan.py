@@ -326,8 +326,13 @@ def estimate(config: StudyConfig, plan: list[Cell], *, distinct: bool = True) ->
             names = _names(s["pool"])
             per_episode = _calls(s["protocol"], s["options"], names, list(range(len(names))))
             evals = s["n_eval"]
-            if cell.kind == "baseline":
-                runs, episodes, calls = 0.0, float(evals), per_episode * evals
+            # evaluations play the system twice (scores, then the learner's parse/verdict rates)
+            if cell.kind == "baseline":  # and, with controls, the system without the learner
+                without = _calls(s["protocol"], s["options"], names, list(range(len(names) - 1))) \
+                    if s.get("controls") and len(names) > 1 else 0.0
+                plays = 2 if s.get("controls") else 1
+                runs, episodes = 0.0, float(evals * (plays + bool(without)))
+                calls = (plays * per_episode + without) * evals
             elif cell.kind == "crossplay":  # every distinct setting once on the held-out questions
                 settings = _crossplay_settings(names, s.get("learners", [s["learner"]]))
                 runs, episodes = 0.0, float(evals * len(settings))
@@ -339,8 +344,8 @@ def estimate(config: StudyConfig, plan: list[Cell], *, distinct: bool = True) ->
                 train_episodes = s["steps"] * s["questions_per_step"] * s["num_generations"] * factor
                 per_train = per_episode if system_episodes else 1.0
                 runs = 1.0
-                episodes = train_episodes + evals
-                calls = train_episodes * per_train + per_episode * evals
+                episodes = train_episodes + 2 * evals
+                calls = train_episodes * per_train + 2 * per_episode * evals
                 if cell.kind == "lr_sweep":  # its learner alone on the selection questions, before and after
                     episodes = train_episodes + 2.0 * s["selection_n"]
                     calls = train_episodes * per_train + 2.0 * s["selection_n"]
