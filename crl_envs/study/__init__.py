@@ -20,8 +20,13 @@ per-trainer ``delta`` with ``ci`` and ``per_seed``/``per_seed_ci``, ``learner_al
 accuracy ``before`` and ``after`` per trainer and seed, and its ``delta``; with several learners
 ``learners_alone`` holds each one's, and with ``training.crossplay`` ``crossplay`` per trainer the gain with
 training partners, with unseen partners and their ``gap``), ``learner_collapse``,
-``strongest`` (ties list several), ``crl_vs`` per baseline: ``outcome`` win/tie/loss, ``p_value``,
-``significant``) and ``training.summary`` (``crl_vs`` per baseline: ``wins``, ``ties``, ``losses``,
+``strongest`` (ties list several), ``crl_vs`` per baseline: ``outcome`` win/tie/loss or "not comparable",
+``p_value``, ``significant``; the controls (:mod:`crl_envs.study.gates`): ``without_learner`` (the system
+without the learner on the same questions) and ``delta_vs_without_learner`` per trainer, ``vs_placebo`` per
+trainer, ``gates``, ``comparable`` and ``not_comparable`` (the reason), ``signals`` (zero-variance share, parse
+and verdict rates before and after)), ``training.lr_sweep`` (with ``[training.lr_rule]``: the rule, each swept
+rate's learner-alone score and the rate chosen per setting) and ``training.summary`` (``crl_vs`` per baseline,
+over the comparable settings: ``not_comparable``, ``wins``, ``ties``, ``losses``,
 ``significant_wins``, the ``across`` settings x seeds test, the gain ``ratio`` with ``ci`` or why it is
 ``undefined``; per-trainer ``mean_gain`` and ``mean_learner_gain``, ``largest_gain``). Fractions, not points.
 
