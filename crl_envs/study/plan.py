@@ -105,8 +105,9 @@ def cells(config: StudyConfig) -> list[Cell]:
                     "threads": t.threads,
                     **_several(setup),
                 }
-                # the baseline also plays the system without the learner and reads parse/verdict rates
-                out.append(_cell("baseline", f"baseline/{label}/{task}", {**common, "controls": True}))
+                # the baseline also plays the system without the learner and reads parse/verdict rates (a result
+                # written before it did is run again: runner.result_problem)
+                out.append(_cell("baseline", f"baseline/{label}/{task}", common))
                 learning_rate: Any = setup.learning_rate
                 if t.lr_rule is not None:
                     sweep = _sweep_cells(config, common, setup.steps, seen_sweeps)
@@ -329,10 +330,9 @@ def estimate(config: StudyConfig, plan: list[Cell], *, distinct: bool = True) ->
             # evaluations play the system twice (scores, then the learner's parse/verdict rates)
             if cell.kind == "baseline":  # and, with controls, the system without the learner
                 without = _calls(s["protocol"], s["options"], names, list(range(len(names) - 1))) \
-                    if s.get("controls") and len(names) > 1 else 0.0
-                plays = 2 if s.get("controls") else 1
-                runs, episodes = 0.0, float(evals * (plays + bool(without)))
-                calls = (plays * per_episode + without) * evals
+                    if len(names) > 1 else 0.0
+                runs, episodes = 0.0, float(evals * (2 + bool(without)))
+                calls = (2 * per_episode + without) * evals
             elif cell.kind == "crossplay":  # every distinct setting once on the held-out questions
                 settings = _crossplay_settings(names, s.get("learners", [s["learner"]]))
                 runs, episodes = 0.0, float(evals * len(settings))
