@@ -220,3 +220,18 @@ def test_tiny_zoo_study_chooses_the_rate_first_and_prints_the_gates(tmp_path):
     assert {g["name"] for g in st["gates"]} == {"grpo_keeps_learner", "placebo_present", "no_collapse", "not_deletion"}
     text = (tmp_path / "study.md").read_text()
     assert "**Learning rate, chosen before the comparison**" in text and "**Gates, vote on arith:**" in text
+
+
+def test_the_dry_runs_probe_counts_groups_whose_system_scores_are_all_equal(tmp_path):
+    from crl_envs.study.gates import zero_variance_probe
+
+    cfg = load_config(rule_config(tmp_path, trainers=["crl"], seeds=[0], num_generations=4,
+                                  setups={"cascade-first": {"protocol": "cascade", "options": {"order": [4, 0, 1, 2, 3]}}}))
+    shares = zero_variance_probe(cfg, questions=3)
+    qs = tasks.load("arith", split="train", n=3, **cfg.tasks["arith"].describe()["options"])
+    sampling = {a: SamplingParams(temperature=0.0, max_new_tokens=24) for a in agents.pool("zoo").ids}
+    sampling["model_4"] = SamplingParams(temperature=1.0, max_new_tokens=24)
+    episodes = run_episodes("cascade", "zoo", qs, samples=4, seed=0, sampling=sampling, progress=False,
+                            options={"order": [4, 0, 1, 2, 3]})
+    scores = np.array([ep.score for ep in episodes]).reshape(3, 4)
+    assert shares == {"cascade-first/arith": float((scores.std(axis=1) == 0).mean())}
