@@ -40,7 +40,7 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
     pool = "zoo"                        # one pool, apart from [valuation] pools
     learner = "model_4"                 # or learners = ["model_3", "model_4"] (several, trained together),
                                         #   schedule = "joint" | "round_robin"; a setup may set its own
-    trainers = ["crl", "grpo"]          # default: trainers.ROSTER (every trainer, Shapley credit included)
+    trainers = ["crl", "grpo", "placebo"]   # default: trainers.ROSTER (every trainer, Shapley credit and the placebo)
     crossplay = false                   # true: crossplay cells (trained learners with unseen partners)
     tasks = ["arith"]
     seeds = [0, 1, 2]                   # the default: 3 seeds
