@@ -31,8 +31,8 @@ def placebo_rewards(rewards: torch.Tensor, kind: str, seed: int) -> torch.Tensor
 
 class PlaceboTrainer(CRLTrainer):
     """C-RL with uninformative rewards (:func:`placebo_rewards`), same rollouts and optimizer steps; the
-    drawn rewards are seeded by ``config.seed`` and the step. ``batch.context["true_rewards"]`` keeps the
-    system's scores for metrics."""
+    drawn rewards are seeded by ``config.seed`` and the step. Its metrics' ``reward_mean`` and
+    ``zero_variance_groups`` describe the drawn rewards (``system_score`` the system's)."""
 
     config_class = PlaceboConfig
 
