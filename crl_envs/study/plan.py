@@ -154,7 +154,7 @@ def _sweep_cells(config: StudyConfig, common: dict[str, Any], steps: int, seen: 
             spec.pop("schedule", None)
             spec["learner"] = learners[0]
         cell_id = f"lr_sweep/{where['setup_label']}/{'+'.join(learners[:1] if not system else learners)}/" \
-                  f"{common['task_label']}/lr{lr:g}"
+                  f"{common['task_label']}/{spec['steps']}steps/lr{lr:g}"  # setups of other budgets: other cells
         cell = seen.setdefault(cell_id, _cell("lr_sweep", cell_id, spec))
         out.append(cell)
     return out
