@@ -62,19 +62,23 @@ import torch
 import agents
 import agents.zoo
 import trainers
+import trainers.controls
 from crl_envs import tasks
 
 POOL = ["zoo:zoo-nocarry", "zoo:zoo-noborrow", "zoo:zoo-rookie", "zoo:zoo-rookie"]
 ROOKIES = ["model_2", "model_3"]
 CONDITIONS = {"one": dict(learner="model_2"), "joint": dict(learners=ROOKIES),
-              "round_robin": dict(learners=ROOKIES, schedule="round_robin")}
+              "round_robin": dict(learners=ROOKIES, schedule="round_robin"),
+              # the control: joint's rollouts and updates on coin-flip rewards (trainers.PlaceboTrainer)
+              "placebo": dict(learners=ROOKIES, trainer="placebo")}
 
 
 def load() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-SETTINGS = dict(questions_per_step=4, num_generations=8, max_new_tokens=24, learning_rate=1e-3)
+#: lr at trainers.controls.FULL_FINETUNE_LR_BOUND: 1e-3 destroyed the rookies before any reward mattered (#46)
+SETTINGS = dict(questions_per_step=4, num_generations=8, max_new_tokens=24, learning_rate=1e-4)
 
 
 def held_out(n_eval: int) -> tasks.Task:
@@ -96,9 +100,10 @@ def run_seed(protocol: str, condition: str, seed: int, steps: int, eval_task: ta
     coalitions = [list(c) for c in itertools.combinations(pool.ids, 3) if set(c) & set(ROOKIES)]
     who = dict(CONDITIONS[condition])
     schedule = who.pop("schedule", "joint")
-    config = trainers.CRLConfig(steps=steps, **SETTINGS, protocol_options=options, seed=seed, schedule=schedule,
-                                progress=False)
-    trainer = trainers.CRLTrainer(protocol, pool, train, config=config, eval_task=eval_task, **who)
+    trainer_class = trainers.TRAINERS[who.pop("trainer", "crl")]
+    config = trainer_class.config_class(steps=steps, **SETTINGS, protocol_options=options, seed=seed,
+                                        schedule=schedule, progress=False)
+    trainer = trainer_class(protocol, pool, train, config=config, eval_task=eval_task, **who)
     load_before, t0 = load(), time.perf_counter()
     trainer.fit()
     seconds = (time.perf_counter() - t0) / steps
@@ -111,7 +116,8 @@ def run_seed(protocol: str, condition: str, seed: int, steps: int, eval_task: ta
     return {"seed": seed, "system": after.system.tolist(), "alone": {j: after.learners[j].tolist() for j in ROOKIES},
             "crossplay": {j: {**r.to_dict(), "per_question": {k: v.tolist() for k, v in r.per_question.items()}}
                           for j, r in cross.learners.items()},
-            "seconds_per_step": seconds, "load": load_before, "state_bytes": state_bytes}
+            "seconds_per_step": seconds, "load": load_before, "state_bytes": state_bytes,
+            "zero_variance": trainers.controls.zero_variance_share(trainer.history)}
 
 
 def run(protocol: str, steps: int, seeds: list[int], n_eval: int, options: dict) -> dict:
@@ -120,7 +126,11 @@ def run(protocol: str, steps: int, seeds: list[int], n_eval: int, options: dict)
     out = {"protocol": protocol, "options": options, "steps": steps, "seeds": seeds, "n_eval": n_eval,
            "pool": POOL, "settings": SETTINGS,
            "before": {"system": before.system_accuracy, "per_question": {
-               "system": before.system.tolist(), **{j: before.learners[j].tolist() for j in ROOKIES}}},
+               "system": before.system.tolist(), **{j: before.learners[j].tolist() for j in ROOKIES}},
+               # the system without the learners: a gain that does not beat it is deletion (#46)
+               "without_learners": {"+".join(who): float(np.mean(trainers.controls.without_learner(
+                   protocol, agents.pool(POOL), eval_task, who, max_new_tokens=SETTINGS["max_new_tokens"],
+                   protocol_options=options))) for who in (["model_2"], ROOKIES)}},
            "conditions": {}, "runs": {}}
     for name in CONDITIONS:
         runs = []
@@ -152,6 +162,7 @@ def summarise(before: dict, runs: list[dict]) -> dict:
                                     "unseen_gain": float(np.mean([g["unseen_gain"][0] for g in gaps])),
                                     "gap": float(np.mean([g["gap"][0] for g in gaps])),
                                     "gap_ci_seed0": gaps[0]["gap"]}
+    result["zero_variance"] = float(np.mean([r["zero_variance"] for r in runs]))
     result["seconds_per_step"] = float(np.mean([r["seconds_per_step"] for r in runs]))
     result["loads"] = [r["load"] for r in runs]
     result["trained_state_MB"] = runs[0]["state_bytes"] / 2**20
@@ -159,7 +170,7 @@ def summarise(before: dict, runs: list[dict]) -> dict:
 
 
 #: the short table's row labels (README.md, docs/training.md)
-LABELS = {"one": "one", "joint": "two, joint", "round_robin": "two, round-robin"}
+LABELS = {"one": "one", "joint": "two, joint", "round_robin": "two, round-robin", "placebo": "two, placebo (coin flips)"}
 
 
 def table(out: dict, *, brief: bool = False) -> str:
@@ -168,18 +179,22 @@ def table(out: dict, *, brief: bool = False) -> str:
     no cost columns)."""
     pts = lambda ci: f"{100 * ci[0]:+.1f} [{100 * ci[1]:+.1f}, {100 * ci[2]:+.1f}]"  # noqa: E731
     alone = (lambda ci: f"{100 * ci[0]:+.1f}") if brief else pts  # noqa: E731
+    without, before = out["before"]["without_learners"], out["before"]["system"]
     if brief:
-        lines = ["| learners | system Δ | model_2 alone Δ | model_3 alone Δ | cross-play gap (2 / 3) |",
-                 "|---|---|---|---|---|"]
+        lines = ["| learners | system Δ | model_2 alone Δ | model_3 alone Δ | cross-play gap (2 / 3) | "
+                 "zero-variance groups | system Δ minus deleting its learners |", "|---|---|---|---|---|---|---|"]
     else:
         lines = [f"{out['protocol']}, {out['steps']} steps, seeds {out['seeds']}, {out['n_eval']} held-out questions; "
-                 f"before: system {out['before']['system']:.3f}",
+                 f"before: system {out['before']['system']:.3f}; " + ", ".join(
+                     f"without {k} {v:.3f}" for k, v in without.items()),
                  "| condition | system Δ | model_2 alone Δ | model_3 alone Δ | cross-play gap model_2 / model_3 | "
-                 "s/step | trained state |", "|---|---|---|---|---|---|---|"]
+                 "zero-variance groups | system Δ minus deleting its learners | s/step | trained state |",
+                 "|---|---|---|---|---|---|---|---|---|"]
     for name, c in out["conditions"].items():
         gaps = " / ".join(f"{100 * c[f'{j}_crossplay']['gap']:+.1f}" if f"{j}_crossplay" in c else "-" for j in ROOKIES)
         row = [LABELS[name] if brief else name, pts(c["system"]), alone(c["model_2_alone"]),
-               alone(c["model_3_alone"]), gaps]
+               alone(c["model_3_alone"]), gaps, f"{c['zero_variance']:.0%}",
+               f"{100 * (c['system'][0] - (without['model_2' if name == 'one' else '+'.join(ROOKIES)] - before)):+.1f}"]
         if not brief:
             row += [f"{c['seconds_per_step']:.2f}", f"{c['trained_state_MB']:.2f} MB"]
         lines.append(f"| {' | '.join(row)} |")

@@ -236,18 +236,21 @@ def test_training_statistics_recomputed_independently():
     (ties stay ties) and the mean gains, recomputed here (tests/test_study_training_verdicts.py checks
     the tests and CIs)."""
     rng = np.random.default_rng(4)
-    q, trainers_ = 40, ["crl", "grpo", "loo_reward"]
+    q, trainers_ = 40, ["crl", "grpo", "loo_reward", "placebo"]
     baselines, runs = {}, {}
-    lift = {("judge", "arith"): {"crl": 0.3, "grpo": 0.05, "loo_reward": 0.3},
-            ("vote", "arith"): {"crl": 0.1, "grpo": 0.05, "loo_reward": 0.15},
-            ("debate", "arith"): {"crl": 0.02, "grpo": -0.02, "loo_reward": 0.0}}
+    lift = {("judge", "arith"): {"crl": 0.3, "grpo": 0.05, "loo_reward": 0.3, "placebo": 0.04},
+            ("vote", "arith"): {"crl": 0.1, "grpo": 0.05, "loo_reward": 0.15, "placebo": 0.04},
+            ("debate", "arith"): {"crl": 0.02, "grpo": -0.02, "loo_reward": 0.0, "placebo": 0.04}}
     for key, by_trainer in lift.items():
         before = (rng.random(q) < 0.5).astype(float)
         alone = (rng.random(q) < 0.3).astype(float)
         baselines[key] = {"system": before.tolist(), "standalone": alone.tolist()}
-        runs[key] = {t: {s: {"system": np.where(rng.random(q) < p, 1.0, before).tolist(),
-                             "standalone": np.where(rng.random(q) < 0.1, 0.0, alone).tolist()} for s in (0, 1)}
-                     for t, p in by_trainer.items()}
+
+        def after(t, p, before=before, alone=alone):  # GRPO keeps the learner (else the gates refuse the setting)
+            system, dropped = np.where(rng.random(q) < p, 1.0, before), np.where(rng.random(q) < 0.1, 0.0, alone)
+            return {"system": system.tolist(), "standalone": (alone if t == "grpo" else dropped).tolist()}
+
+        runs[key] = {t: {s: after(t, p) for s in (0, 1)} for t, p in by_trainer.items()}
     runs[("judge", "arith")]["loo_reward"] = runs[("judge", "arith")]["crl"]  # the same outcomes: a tie
     out = training_tables(baselines, runs, trainers_, resamples=500)
     deltas = {}

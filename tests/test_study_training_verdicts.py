@@ -108,7 +108,7 @@ def test_sign_flip_calibrated_under_the_null():
 
 
 # ---------------------------------------------------------------------- training tables
-Q, TRAINERS = 40, ["crl", "grpo", "loo_reward", "shapley_credit"]
+Q, TRAINERS = 40, ["crl", "grpo", "loo_reward", "shapley_credit", "placebo"]
 
 
 def synthetic(rng, lift, *, seeds=(0, 1, 2), collapse=(), q=Q, before_p=0.5, alone_p=0.3):
@@ -127,9 +127,10 @@ def synthetic(rng, lift, *, seeds=(0, 1, 2), collapse=(), q=Q, before_p=0.5, alo
 
 def test_training_tables_recomputed_independently():
     rng = np.random.default_rng(4)
-    lift = {("judge", "arith"): {"crl": 0.3, "grpo": 0.05, "loo_reward": 0.25, "shapley_credit": 0.1},
-            ("vote", "arith"): {"crl": 0.1, "grpo": 0.05, "loo_reward": 0.15, "shapley_credit": 0.0},
-            ("debate", "arith"): {"crl": 0.02, "grpo": -0.02, "loo_reward": 0.0, "shapley_credit": 0.05}}
+    lift = {("judge", "arith"): {"crl": 0.3, "grpo": 0.05, "loo_reward": 0.25, "shapley_credit": 0.1, "placebo": 0.05},
+            ("vote", "arith"): {"crl": 0.1, "grpo": 0.05, "loo_reward": 0.15, "shapley_credit": 0.0, "placebo": 0.05},
+            ("debate", "arith"): {"crl": 0.02, "grpo": -0.02, "loo_reward": 0.0, "shapley_credit": 0.05,
+                                  "placebo": 0.05}}
     baselines, runs = synthetic(rng, lift)
     runs[("vote", "arith")]["grpo"][1]["standalone"] = [1.0] * Q  # the learner alone after, per seed
     out = training_tables(baselines, runs, TRAINERS, resamples=400, alpha=0.05,
@@ -191,19 +192,21 @@ def test_judge_fallback_flags_the_collapse_and_ties_stay_ties():
     (st,) = out["settings"]
     assert st["learner_collapse"] == ["crl", "loo_reward"] and st["learner_alone"]["after"]["crl"] == [0.0] * 3
     assert st["tie"] and st["strongest"] == ["crl", "loo_reward"]
+    # a collapse (and no placebo) fails the gates: the setting is not compared (issue #46)
+    assert not st["comparable"] and "no_collapse: learner alone collapses under crl, loo_reward" in st["not_comparable"]
+    assert "placebo_present: no placebo in the roster" in st["not_comparable"]
     c = st["crl_vs"]["loo_reward"]
-    assert c["outcome"] == "tie" and c["identical_outcomes"] and not c["significant"] and "a tie" in c["undefined"]
+    assert c["outcome"] == "not comparable" and c["identical_outcomes"] and not c["significant"]
     s = out["summary"]
-    assert (s["crl_vs"]["loo_reward"]["wins"], s["crl_vs"]["loo_reward"]["ties"]) == (0, 1)
-    assert s["crl_vs"]["loo_reward"]["across"]["p_value"] == 1.0
+    assert s["crl_vs"]["loo_reward"] == {"settings": 0, "not_comparable": 1}
+    assert s["not_comparable"][0]["protocol"] == "judge-plurality"
     assert {(f["trainer"], f["learner_after"]) for f in s["learner_collapse"]} == {("crl", 0.0), ("loo_reward", 0.0)}
     assert [b["trainer"] for b in s["largest_gain"]["by"]] == ["crl", "loo_reward"]
-    assert s["crl_vs"]["grpo"]["ratio"]["value"] is None
-    assert "grpo's gain is +0.0000, not positive" in s["crl_vs"]["grpo"]["ratio"]["undefined"]
     text = training_markdown(out, ["crl", "grpo", "loo_reward"])
     assert "**Flag: the learner's own answers collapse** in judge-plurality on arith (crl)" in text
-    assert "| loo_reward | 0 / 1 / 0 of 1 |" in text and "undefined: grpo's gain is +0.0000" in text
-    assert "tie: +0.0 (p n/a), identical outcomes" in text
+    assert "| loo_reward | not comparable in any of 1 settings (gates below) |" in text
+    assert "**judge-plurality on arith: not comparable: " in text and "no_collapse FAILED" in text
+    assert "not comparable: +0.0 (p n/a), identical outcomes" in text
 
 
 def test_no_collapse_flag_when_the_learner_keeps_its_answers():
@@ -223,8 +226,9 @@ def test_significant_wins_calibrated_on_planted_truth():
     keys = [("judge", "arith"), ("vote", "arith"), ("debate", "arith")]
     sig_wins = across_wins = 0
     for _ in range(sims):
-        baselines, runs = synthetic(rng, {k: {"crl": 0.15, "grpo": 0.15} for k in keys})
-        c = training_tables(baselines, runs, ["crl", "grpo"], resamples=20, alpha=alpha)["summary"]["crl_vs"]["grpo"]
+        baselines, runs = synthetic(rng, {k: {"crl": 0.15, "grpo": 0.15, "placebo": 0.0} for k in keys})
+        c = training_tables(baselines, runs, ["crl", "grpo", "placebo"], resamples=20,
+                            alpha=alpha)["summary"]["crl_vs"]["grpo"]
         sig_wins += c["significant_wins"]
         across_wins += c["across"]["significant"] and c["across"]["statistic"] > 0
     se = np.sqrt(alpha / 2 / (3 * sims))
@@ -232,8 +236,9 @@ def test_significant_wins_calibrated_on_planted_truth():
     assert across_wins / sims <= alpha / 2 + 2 * np.sqrt(alpha / 2 / sims)
     found = 0
     for _ in range(50):
-        baselines, runs = synthetic(rng, {k: {"crl": 0.3, "grpo": 0.0} for k in keys})
-        c = training_tables(baselines, runs, ["crl", "grpo"], resamples=20, alpha=alpha)["summary"]["crl_vs"]["grpo"]
+        baselines, runs = synthetic(rng, {k: {"crl": 0.3, "grpo": 0.0, "placebo": 0.0} for k in keys})
+        c = training_tables(baselines, runs, ["crl", "grpo", "placebo"], resamples=20,
+                            alpha=alpha)["summary"]["crl_vs"]["grpo"]
         found += c["across"]["significant"] and c["across"]["statistic"] > 0
     assert found / 50 >= 0.9
 
@@ -255,7 +260,7 @@ def test_training_config_reads_the_trainers_roster_and_defaults(tmp_path):
     assert load_config({**training_config(tmp_path), "tasks": {"arith": {"n": 5}}}).sampling["max_new_tokens"] == \
         defaults["max_new_tokens"]
     cfg = load_config(training_config(tmp_path, seeds=[0], setups={"vote": {"learning_rate": 1e-3}}))
-    assert f"training: crl, grpo, loo_reward, shapley_credit x seeds [0], every trainer with its setup's budget " \
+    assert f"training: crl, grpo, loo_reward, shapley_credit, placebo x seeds [0], every trainer with its setup's budget " \
            f"(vote: {defaults['steps']} steps x 8 questions x 8 generations, lr 0.001); fewer than 3 seeds" in \
            study.describe_plan(cfg, study.plan(cfg))
 
@@ -314,6 +319,7 @@ def test_tiny_zoo_study_renders_the_training_verdicts(tmp_path):
 
 
 def test_the_plan_prices_every_trainer_of_the_roster():
-    from crl_envs.study.plan import TRAINER_EPISODES
+    from crl_envs.study.plan import trainer_episodes
 
-    assert set(TRAINER_EPISODES) == set(trainers.ROSTER)
+    costs = {t: trainer_episodes(t) for t in trainers.ROSTER}  # each trainer declares its own: none KeyErrors
+    assert costs["placebo"] == costs["crl"] == (1.0, True) and costs["grpo"] == (1.0, False)

@@ -8,6 +8,8 @@
 - :mod:`trainers.sb3` — discrete roles (a router) with stable-baselines3.
 - :mod:`trainers.trl` — C-RL at scale on TRL's ``GRPOTrainer`` (a rollout function; extra ``crl-envs[trl]``).
 - :func:`crossplay` / :func:`trainer_crossplay` — each trained learner with partners it trained with vs partners it never trained with.
+- :class:`PlaceboTrainer` — C-RL's rollouts and updates on coin-flip rewards: the control every comparison shows.
+- :mod:`trainers.controls` — the system without the learner, parse and verdict rates, the learning-rate bound.
 - :func:`compare` — before/after evaluations -> Δ accuracy with paired bootstrap CIs, printed in points.
 """
 
@@ -29,17 +31,20 @@ from trainers.config import (
     GRPOConfig,
     LOORewardConfig,
     LoraSettings,
+    PlaceboConfig,
     ShapleyCreditConfig,
     TrainerConfig,
 )
 from trainers.crl import CRLTrainer
 from trainers.crossplay import CrossPlay, LearnerCrossPlay, crossplay, trainer_crossplay
 from trainers.losses import LOSSES, LossInputs, clipped_token_loss, register_loss
+from trainers.placebo import PlaceboTrainer, placebo_rewards
 from trainers.rollout import LearnerSequence, learner_sequences, rollout_episodes, token_logprobs
 
 #: The trainer roster, by name: the one place it is written (the study's ``[training] trainers`` reads it).
-TRAINERS = {"crl": CRLTrainer, "grpo": GRPOTrainer, "loo_reward": LOORewardTrainer, "shapley_credit": ShapleyCreditTrainer}
-#: The default roster of a comparison: C-RL and every baseline, Shapley credit included.
+TRAINERS = {"crl": CRLTrainer, "grpo": GRPOTrainer, "loo_reward": LOORewardTrainer, "shapley_credit": ShapleyCreditTrainer,
+            "placebo": PlaceboTrainer}
+#: The default roster of a comparison: C-RL, every baseline (Shapley credit included) and the placebo.
 ROSTER: tuple[str, ...] = tuple(TRAINERS)
 
 __all__ = [
@@ -48,5 +53,5 @@ __all__ = [
     "CRLConfig", "GRPOConfig", "LoraSettings", "LOORewardConfig", "ShapleyCreditConfig", "TrainerConfig",
     "CRLTrainer", "LOSSES", "LossInputs", "clipped_token_loss", "register_loss", "LearnerSequence",
     "learner_sequences", "rollout_episodes", "token_logprobs", "TRAINERS", "ROSTER", "CrossPlay", "LearnerCrossPlay",
-    "crossplay", "trainer_crossplay",
+    "crossplay", "trainer_crossplay", "PlaceboTrainer", "PlaceboConfig", "placebo_rewards",
 ]

@@ -81,6 +81,10 @@ class EvalResult:
     standalone: np.ndarray
     #: several learners: each learner's standalone scores (``standalone`` is their per-question mean)
     learners: dict[str, np.ndarray] = field(default_factory=dict)
+    #: the system without the learner(s), v(N \\ learners), per question (the reference a gain must beat)
+    without_learner: np.ndarray | None = None
+    #: share of the fitted steps' groups whose rewards were all equal (no signal); ``None`` before training
+    zero_variance_share: float | None = None
 
     @property
     def system_accuracy(self) -> float:
@@ -94,7 +98,19 @@ class EvalResult:
         out = {"system": self.system_accuracy, "standalone": self.standalone_accuracy, "n": len(self.example_ids)}
         if self.learners:
             out["learners"] = {j: float(np.mean(v)) for j, v in self.learners.items()}
+        if self.without_learner is not None:
+            out["without_learner"] = float(np.mean(self.without_learner))
+        if self.zero_variance_share is not None:
+            out["zero_variance_share"] = self.zero_variance_share
         return out
+
+    def __str__(self) -> str:
+        parts = [f"system {self.system_accuracy:.3f}", f"learner alone {self.standalone_accuracy:.3f}"]
+        if self.without_learner is not None:
+            parts.append(f"without the learner {float(np.mean(self.without_learner)):.3f}")
+        if self.zero_variance_share is not None:
+            parts.append(f"zero-variance groups {self.zero_variance_share:.0%}")
+        return ", ".join(parts)
 
 
 @dataclass
@@ -375,6 +391,10 @@ class PolicyGradientTrainer(abc.ABC):
     config_class: type[TrainerConfig] = TrainerConfig
     #: Whether :meth:`collect` handles several learners (:attr:`training`); built-in: C-RL, LOO, Shapley.
     multi_learner: bool = False
+    #: Episodes per question and step, as a multiple of G (a study's cost estimate reads it), and whether they
+    #: are system episodes (False: the learner alone, one call each).
+    episodes_per_question: float = 1.0
+    plays_system: bool = True
 
     def __init__(
         self,
@@ -736,14 +756,20 @@ class PolicyGradientTrainer(abc.ABC):
             self._writer = None
         return self.history
 
-    def evaluate(self, task: Task | str | None = None) -> EvalResult:
+    def evaluate(self, task: Task | str | None = None, *, controls: bool = True) -> EvalResult:
         """System and standalone accuracy of the current policies on held-out questions (greedy); see
-        :func:`evaluate_policy`."""
+        :func:`evaluate_policy`. With ``controls`` also the system without the learner and the fit's
+        zero-variance share (:func:`trainers.controls.with_controls`)."""
         task = task_registry.load(task) if isinstance(task, str) else (task or self.eval_task)
         if task is None:
             raise ConfigError("evaluate() needs held-out questions: pass task= or give the trainer eval_task=")
-        return evaluate_policy(self.protocol, self.pool, task, self.policies, max_new_tokens=self.config.max_new_tokens,
-                               protocol_options=self.config.protocol_options, seed=self.config.seed)
+        result = evaluate_policy(self.protocol, self.pool, task, self.policies, max_new_tokens=self.config.max_new_tokens,
+                                 protocol_options=self.config.protocol_options, seed=self.config.seed)
+        if not controls:
+            return result
+        from trainers.controls import with_controls  # the references a user reads the result beside
+
+        return with_controls(self, task, result)
 
     # ------------------------------------------------------------------ rollouts on another engine
     def _make_rollout_policy(self, rollout_policy: Agent | str | None, policy: Agent, *, adapter: bool) -> Agent:

@@ -32,6 +32,7 @@ class GRPOTrainer(PolicyGradientTrainer):
     during training; :meth:`evaluate` still measures the system."""
 
     config_class = GRPOConfig
+    plays_system = False
 
     def collect(self, examples: list[str], seed: int) -> RolloutBatch:
         episodes = self.play(examples, seed, protocol="vote", coalition=[self.learner])
@@ -49,6 +50,7 @@ class LOORewardTrainer(PolicyGradientTrainer):
     config_class = LOORewardConfig
 
     multi_learner = True
+    episodes_per_question = 1.125  # G + counterfactual_samples (1) per question, G = 8
 
     def collect(self, examples: list[str], seed: int) -> RolloutBatch:
         episodes = self.play(examples, seed)
@@ -92,6 +94,7 @@ class ShapleyCreditTrainer(PolicyGradientTrainer):
     config_class = ShapleyCreditConfig
 
     multi_learner = True
+    episodes_per_question = 2.0  # per sampled coalition
 
     def coalitions(self, seed: int, learner: str | None = None) -> list[tuple[list[str], float]]:
         """(members, weight) pairs of ``learner`` (default: the one learner) for one step; weights average 1."""

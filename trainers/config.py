@@ -183,6 +183,9 @@ class TrainerConfig:
         if self.lora_shared_base and self.lora is None:
             raise ConfigError(f"{name}.lora_shared_base=True holds each learner as a LoRA adapter on one base: "
                               "also set lora=LoraSettings(...)")
+        from trainers.controls import check_learning_rate  # noqa: PLC0415  (it imports the runner)
+
+        check_learning_rate(self.learning_rate, lora=self.lora is not None, where=f"{name}.learning_rate")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,6 +194,23 @@ class TrainerConfig:
 @dataclass
 class CRLConfig(TrainerConfig):
     """C-RL: reward = the system's score; group-mean baseline (no counterfactual rollouts)."""
+
+
+#: How a placebo replaces the rewards (:func:`trainers.placebo.placebo_rewards`).
+PLACEBO_REWARDS = ("coin", "permuted")
+
+
+@dataclass
+class PlaceboConfig(TrainerConfig):
+    """The placebo: C-RL's rollouts and updates, rewards replaced by ``rewards``: ``"coin"`` (seeded fair coin
+    flips) or ``"permuted"`` (each group's rewards shuffled within the group)."""
+
+    rewards: str = field(default="coin", metadata={"help": "'coin': fair coin flips; 'permuted': within each group"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.rewards not in PLACEBO_REWARDS:
+            raise ConfigError(f"PlaceboConfig.rewards must be one of {list(PLACEBO_REWARDS)}, got {self.rewards!r}")
 
 
 @dataclass

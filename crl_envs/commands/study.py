@@ -3,6 +3,7 @@
 Example::
 
     crl-envs study studies/paper-small.toml --dry-run    # cells, runs, episodes, model calls, tokens
+    crl-envs study studies/paper-small.toml --dry-run --probe   # and each training setting's zero-variance share
     crl-envs study studies/paper-small.toml              # run (or resume), then print study.md
     crl-envs study studies/paper-small.toml --report     # the tables of the cells finished so far
 """
@@ -23,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write and print the tables from the cells finished so far; run nothing")
     p.add_argument("--out", default=None, help="output directory (default: the config's [study] out)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--probe", action="store_true",
+                   help="with --dry-run: play a short probe per training setting (the untrained learner sampling G "
+                        "times on 4 questions) and print its zero-variance share; loads the training pool")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = study.load_config(args.config, out=args.out)  # every key checked before any work
     planned = study.plan(config)
-    print(study.describe_plan(config, planned))
+    print(study.describe_plan(config, planned, probe=args.probe and config.training is not None))
     if args.dry_run:
         return 0
     if args.report:

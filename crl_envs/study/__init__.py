@@ -20,8 +20,13 @@ per-trainer ``delta`` with ``ci`` and ``per_seed``/``per_seed_ci``, ``learner_al
 accuracy ``before`` and ``after`` per trainer and seed, and its ``delta``; with several learners
 ``learners_alone`` holds each one's, and with ``training.crossplay`` ``crossplay`` per trainer the gain with
 training partners, with unseen partners and their ``gap``), ``learner_collapse``,
-``strongest`` (ties list several), ``crl_vs`` per baseline: ``outcome`` win/tie/loss, ``p_value``,
-``significant``) and ``training.summary`` (``crl_vs`` per baseline: ``wins``, ``ties``, ``losses``,
+``strongest`` (ties list several), ``crl_vs`` per baseline: ``outcome`` win/tie/loss or "not comparable",
+``p_value``, ``significant``; the controls (:mod:`crl_envs.study.gates`): ``without_learner`` (the system
+without the learner on the same questions) and ``delta_vs_without_learner`` per trainer, ``vs_placebo`` per
+trainer, ``gates``, ``comparable`` and ``not_comparable`` (the reason), ``signals`` (zero-variance share, parse
+and verdict rates before and after)), ``training.lr_sweep`` (with ``[training.lr_rule]``: the rule, each swept
+rate's learner-alone score and the rate chosen per setting) and ``training.summary`` (``crl_vs`` per baseline,
+over the comparable settings: ``not_comparable``, ``wins``, ``ties``, ``losses``,
 ``significant_wins``, the ``across`` settings x seeds test, the gain ``ratio`` with ``ci`` or why it is
 ``undefined``; per-trainer ``mean_gain`` and ``mean_learner_gain``, ``largest_gain``). Fractions, not points.
 
@@ -77,9 +82,11 @@ def plan(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: st
     return estimate(config, cells(config))
 
 
-def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
+def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = False) -> str:
     """The ``--dry-run`` text: cells by kind (pending / done), coalition runs, episodes, model calls, tokens;
-    then what the valuation design can show (per pool: smallest attainable p, power at tau = 0.5)."""
+    then what the valuation design can show (per pool: smallest attainable p, power at tau = 0.5). With
+    ``probe``, per training setting the zero-variance share of a short probe (:func:`crl_envs.study.gates.
+    zero_variance_probe`: seconds on the zoo)."""
     rows = defaultdict(lambda: {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0})
     for c in planned:
         r = rows[c.kind]
@@ -93,7 +100,7 @@ def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
              "| cells | count | done | runs to play | episodes | model calls | generated tokens (at most) |",
              "|---|---|---|---|---|---|---|"]
     total = {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0}
-    for kind in ("valuation", "baseline", "training", "crossplay"):
+    for kind in ("valuation", "lr_sweep", "baseline", "training", "crossplay"):
         if kind in rows:
             r = rows[kind]
             what = {"valuation": "coalition runs", "crossplay": "trainer fits (restored from checkpoints)"}.get(
@@ -107,8 +114,11 @@ def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
     lines.append("(valuation coalitions shared by several cells are counted once; tokens = calls x max_new_tokens)")
     t = config.training
     if t is not None:
+        rate = (lambda s: f"lr by [training.lr_rule] ({t.lr_rule.trainer} sweep over "
+                          f"{', '.join(f'{x:g}' for x in t.lr_rule.candidates)}, {t.lr_rule.select})") \
+            if t.lr_rule is not None else (lambda s: f"lr {s.learning_rate:g}")
         budgets = "; ".join(f"{k}: {s.steps} steps x {t.questions_per_step} questions x {t.num_generations} generations, "
-                            f"lr {s.learning_rate:g}" for k, s in t.setups.items())
+                            f"{rate(s)}" for k, s in t.setups.items())
         lines.append(f"training: {', '.join(t.trainers)} x seeds {t.seeds}, every trainer with its setup's budget "
                      f"({budgets})" + ("" if len(t.seeds) >= 3 else "; fewer than 3 seeds: little power per setting"))
         several = {k: s for k, s in t.setups.items() if len(s.learners) > 1}
@@ -120,6 +130,13 @@ def describe_plan(config: StudyConfig, planned: list[Cell]) -> str:
             per = {c.id.split("/")[1]: c.cost for c in cross}
             lines.append("crossplay: per cell (each setting once on n_eval questions) " + "; ".join(
                 f"{k}: {c['episodes'] / t.n_eval:.0f} settings, {c['calls']:,.0f} model calls" for k, c in per.items()))
+        if probe:
+            from crl_envs.study.gates import zero_variance_probe
+
+            shares = zero_variance_probe(config)
+            lines.append("zero-variance probe (untrained learner, 4 training questions x G, temperature 1): " + "; ".join(
+                f"{k} {v:.0%} of groups" for k, v in shares.items()) + " (near 100%: the learner's turn rarely "
+                "changes the outcome, little signal)")
     d = design(config)
     if d is not None:
         lines += ["", "| valuation pool | models | settings | smallest p | power at tau 0.5 |", "|---|---|---|---|---|"]
@@ -194,13 +211,41 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
             elif c.kind in ("training", "crossplay"):
                 (runs if c.kind == "training" else crossplay)[key][c.spec["trainer"]][c.spec["seed"]] = results[c.id]
         t = config.training
-        budgets = {k: {"steps": s.steps, "learning_rate": s.learning_rate, "questions_per_step": t.questions_per_step,
-                       "num_generations": t.num_generations} for k, s in t.setups.items()}
+        chosen = {key[0]: r["learning_rate"] for key, by in runs.items() for seeds in by.values() for r in seeds.values()
+                  if "learning_rate" in r}  # under [training.lr_rule]: the rate the sweep chose
+        budgets = {k: {"steps": s.steps, "learning_rate": chosen.get(k, s.learning_rate),
+                       "questions_per_step": t.questions_per_step, "num_generations": t.num_generations}
+                   for k, s in t.setups.items()}
         out["training"] = training_tables(baselines, runs, t.trainers, ci_level=t.ci_level, alpha=t.alpha,
                                           resamples=t.bootstrap_resamples,
                                           protocols={k: s.protocol for k, s in t.setups.items()}, budgets=budgets,
                                           crossplay=crossplay)
+        if t.lr_rule is not None:  # the sweep and the choice, per setting (before any comparison)
+            out["training"]["lr_sweep"] = lr_sweep_record(config, planned, results)
     return out
+
+
+def lr_sweep_record(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """``[training.lr_rule]`` and, per setting, each swept rate's learner-alone accuracy before and after on the
+    selection questions and the rate the rule chose."""
+    from dataclasses import asdict
+
+    from crl_envs.study.gates import choose_learning_rate
+
+    rule = config.training.lr_rule
+    by_fp = {c.fingerprint: results.get(c.id) for c in planned if c.kind == "lr_sweep"}
+    settings = {}
+    for c in planned:
+        if c.kind != "training" or not isinstance(c.spec["learning_rate"], dict):
+            continue
+        key = f"{c.spec['setup_label']}/{c.spec['task_label']}"
+        if key in settings:
+            continue
+        sweep = {float(lr): by_fp[fp] for lr, fp in c.spec["learning_rate"]["sweep"].items() if by_fp.get(fp)}
+        settings[key] = {"sweep": {f"{lr:g}": {k: r[k] for k in ("before", "after", "zero_variance")}
+                                   for lr, r in sorted(sweep.items())},
+                         **(choose_learning_rate(sweep, rule.select, rule.tolerance) if sweep else {})}
+    return {"rule": {**asdict(rule), "candidates": list(rule.candidates)}, "settings": settings}
 
 
 def write(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[str, Any]],

@@ -40,12 +40,16 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
     pool = "zoo"                        # one pool, apart from [valuation] pools
     learner = "model_4"                 # or learners = ["model_3", "model_4"] (several, trained together),
                                         #   schedule = "joint" | "round_robin"; a setup may set its own
-    trainers = ["crl", "grpo"]          # default: trainers.ROSTER (every trainer, Shapley credit included)
+    trainers = ["crl", "grpo", "placebo"]   # default: trainers.ROSTER (every trainer, Shapley credit and the placebo)
     crossplay = false                   # true: crossplay cells (trained learners with unseen partners)
     tasks = ["arith"]
     seeds = [0, 1, 2]                   # the default: 3 seeds
     steps = 24                          # defaults of steps, learning_rate, questions_per_step and
     learning_rate = 1e-3                #   num_generations: trainers.TrainerConfig's
+
+    [training.lr_rule]                  # optional, instead of learning_rate: a sweep chooses it before the
+    candidates = [1e-3, 1e-4, 3e-5]     #   comparison (crl_envs.study.gates.LearningRateRule): GRPO on its own
+    select = "largest_kept"             #   seed, scored on questions of another split/seed, never the eval split
 
     [training.setups.judge-plurality]   # label = a protocol (a [protocols] label or a protocol name)
     protocol = "judge"
@@ -279,6 +283,8 @@ class TrainingConfig:
     threads: int
     #: after each training cell, play its learners with partners they never trained with (crossplay cells)
     crossplay: bool = False
+    #: ``[training.lr_rule]``: the learning rate chosen before the comparison by a sweep (None: the setups' rates)
+    lr_rule: Any = None
 
 
 @dataclass(frozen=True)
@@ -602,7 +608,7 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
     valid = ["pool", "learner", "setups", "tasks", "trainers", "seeds", "steps", "learning_rate", "questions_per_step",
              "num_generations", "n_train", "n_eval", "train_split", "eval_split",
              "shapley_coalitions", "lora", "bootstrap_resamples", "ci_level", "alpha", "threads", "learners",
-             "schedule", "crossplay"]
+             "schedule", "crossplay", "lr_rule"]
     if "max_new_tokens" in spec:
         raise _error("training.max_new_tokens", "moved: a task's answer length is [tasks.<label>] max_new_tokens "
                                                 "(or [sampling] max_new_tokens for every task), for valuation and "
@@ -679,6 +685,7 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         for split_key, default in (("train_split", "train"), ("eval_split", "test")):
             _task_content(f"tasks.{label}", t.name, str(spec.get(split_key, default)), 1, t.seed, t.options,
                           where=f"training.{split_key}")
+    lr_rule = _lr_rule(spec, setups_spec, trainer_names, tasks)
     return TrainingConfig(
         pool=pool, learner=learner, setups=setups,
         tasks=_labels("training.tasks", spec.get("tasks"), tasks, "task"), trainers=list(trainer_names),
@@ -693,7 +700,38 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         shapley_coalitions=None if sc is None else _int("training.shapley_coalitions", sc, 1, "2"),
         lora=lora, bootstrap_resamples=_int("training.bootstrap_resamples", spec.get("bootstrap_resamples", 5000), 1),
         ci_level=_number("training.ci_level", spec.get("ci_level", 0.95), 0.5, 0.999, "0.95"), alpha=alpha,
-        threads=_int("training.threads", spec.get("threads", 1), 1, "1"), crossplay=crossplay)
+        threads=_int("training.threads", spec.get("threads", 1), 1, "1"), crossplay=crossplay, lr_rule=lr_rule)
+
+
+def _lr_rule(spec: dict[str, Any], setups_spec: Mapping[str, Any], trainer_names: list[str], tasks) -> Any:
+    """``[training.lr_rule]`` (:class:`crl_envs.study.gates.LearningRateRule`), or None; a learning rate given
+    beside it, a sweep on the eval split or an unknown trainer is refused."""
+    from crl_envs.study.gates import LearningRateRule
+    from trainers import ROSTER
+
+    if "lr_rule" not in spec:
+        return None
+    raw = _table("training.lr_rule", spec["lr_rule"])
+    valid = [f for f in LearningRateRule.__dataclass_fields__]
+    _unknown_keys("training.lr_rule", raw, valid)
+    given = ["training.learning_rate"] * ("learning_rate" in spec) + \
+        [f"training.setups.{k}.learning_rate" for k, s in setups_spec.items() if "learning_rate" in _table("x", s)]
+    if given:
+        raise _error(given[0], "the learning rate is chosen by [training.lr_rule]; remove it (or remove the rule)")
+    try:
+        rule = LearningRateRule(**{k: tuple(v) if k == "candidates" and isinstance(v, list) else v for k, v in raw.items()})
+    except ConfigError as e:
+        raise StudyConfigError(str(e)) from None
+    if rule.trainer not in ROSTER:
+        raise _error("training.lr_rule.trainer", f"unknown trainer {rule.trainer!r}{did_you_mean(str(rule.trainer), ROSTER)}; "
+                                                 f"trainers: {', '.join(ROSTER)}")
+    if rule.split == str(spec.get("eval_split", "test")):
+        raise _error("training.lr_rule.split", f"{rule.split!r} is the eval split: the rule never looks at the test "
+                                               f"questions; use another split (e.g. \"train\" or \"validation\")")
+    for label in _labels("training.tasks", spec.get("tasks"), tasks, "task"):
+        t = tasks[label]
+        _task_content(f"tasks.{label}", t.name, rule.split, 1, rule.task_seed, t.options, where="training.lr_rule.split")
+    return rule
 
 
 def _learners(key: str, learner: Any, learners: Any) -> list[str]:

@@ -29,9 +29,19 @@ from crl_envs.study.config import MAX_COALITION_RUNS, StudyConfig, StudyConfigEr
 from crl_envs.valuation.coalition import digest
 
 CELL_VERSION = 1
-KINDS = ("valuation", "baseline", "training", "crossplay")
-#: Episodes per question and step, as a multiple of G, for each trainer (see trainers' README table).
-TRAINER_EPISODES = {"crl": 1.0, "grpo": 1.0, "loo_reward": 1.125, "shapley_credit": 2.0}
+KINDS = ("valuation", "lr_sweep", "baseline", "training", "crossplay")
+#: The order kinds run in: sweeps first (training cells read the rate they chose), crossplay last (it reads
+#: training checkpoints); the rest together.
+STAGE = {"lr_sweep": 0, "crossplay": 2}
+
+
+def trainer_episodes(name: str) -> tuple[float, bool]:
+    """Episodes per question and step (a multiple of G) and whether they play the system, as the trainer
+    declares them (:attr:`trainers.PolicyGradientTrainer.episodes_per_question`, ``plays_system``)."""
+    import trainers
+
+    cls = trainers.TRAINERS[name]
+    return cls.episodes_per_question, cls.plays_system
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,7 @@ def cells(config: StudyConfig) -> list[Cell]:
                         }
                         out.append(_cell("valuation", f"valuation/{pool}/{proto}/{task}/seed{seed}", spec))
     t = config.training
+    seen_sweeps: dict[str, Cell] = {}
     if t is not None:
         for label, setup in t.setups.items():
             for task in t.tasks:
@@ -94,11 +105,19 @@ def cells(config: StudyConfig) -> list[Cell]:
                     "threads": t.threads,
                     **_several(setup),
                 }
+                # the baseline also plays the system without the learner and reads parse/verdict rates (a result
+                # written before it did is run again: runner.result_problem)
                 out.append(_cell("baseline", f"baseline/{label}/{task}", common))
+                learning_rate: Any = setup.learning_rate
+                if t.lr_rule is not None:
+                    sweep = _sweep_cells(config, common, setup.steps, seen_sweeps)
+                    out.extend(c for c in sweep if c.id not in {o.id for o in out})
+                    learning_rate = {"rule": t.lr_rule.select, "tolerance": t.lr_rule.tolerance,
+                                     "sweep": {str(c.spec["learning_rate"]): c.fingerprint for c in sweep}}
                 for trainer in t.trainers:
                     for seed in t.seeds:
                         spec = {**common, "trainer": trainer, "seed": seed, "steps": setup.steps,
-                                "learning_rate": setup.learning_rate, "questions_per_step": t.questions_per_step,
+                                "learning_rate": learning_rate, "questions_per_step": t.questions_per_step,
                                 "num_generations": t.num_generations,
                                 "shapley_coalitions": t.shapley_coalitions if trainer == "shapley_credit" else None,
                                 "lora": t.lora}
@@ -110,6 +129,34 @@ def cells(config: StudyConfig) -> list[Cell]:
     if len(ids) != len(set(ids)):  # labels hold no '/' (config._check_label): ids are injective
         twice = sorted({i for i in ids if ids.count(i) > 1})
         raise StudyConfigError(f"study config: two cells share the id {twice[0]!r}; rename one of their labels")
+    return out
+
+
+def _sweep_cells(config: StudyConfig, common: dict[str, Any], steps: int, seen: dict[str, Cell]) -> list[Cell]:
+    """The ``lr_sweep`` cells of one setting: ``lr_rule.trainer`` at each candidate rate, on the rule's seed,
+    scored on its selection questions. A trainer that does not play the system (GRPO: the learner alone) sweeps
+    the same way in every setup, so settings that share a learner and task share its cells."""
+
+    rule = config.training.lr_rule
+    _, system = trainer_episodes(rule.trainer)
+    where = {"setup_label": common["setup_label"], "protocol": common["protocol"], "options": common["options"]} \
+        if system else {"setup_label": "alone", "protocol": "vote", "options": {}}
+    learners = common.get("learners", [common["learner"]])
+    out = []
+    for lr in rule.candidates:
+        spec = {**common, **where, "trainer": rule.trainer, "seed": rule.seed, "steps": rule.steps or steps,
+                "learning_rate": lr, "questions_per_step": config.training.questions_per_step,
+                "num_generations": config.training.num_generations, "shapley_coalitions": None,
+                "lora": config.training.lora, "selection": {"split": rule.split, "seed": rule.task_seed, "n": rule.n},
+                "selection_n": rule.n}
+        if not system:
+            spec.pop("learners", None)
+            spec.pop("schedule", None)
+            spec["learner"] = learners[0]
+        cell_id = f"lr_sweep/{where['setup_label']}/{'+'.join(learners[:1] if not system else learners)}/" \
+                  f"{common['task_label']}/{spec['steps']}steps/lr{lr:g}"  # setups of other budgets: other cells
+        cell = seen.setdefault(cell_id, _cell("lr_sweep", cell_id, spec))
+        out.append(cell)
     return out
 
 
@@ -280,21 +327,28 @@ def estimate(config: StudyConfig, plan: list[Cell], *, distinct: bool = True) ->
             names = _names(s["pool"])
             per_episode = _calls(s["protocol"], s["options"], names, list(range(len(names))))
             evals = s["n_eval"]
-            if cell.kind == "baseline":
-                runs, episodes, calls = 0.0, float(evals), per_episode * evals
+            # evaluations play the system twice (scores, then the learner's parse/verdict rates)
+            if cell.kind == "baseline":  # and, with controls, the system without the learner
+                without = _calls(s["protocol"], s["options"], names, list(range(len(names) - 1))) \
+                    if len(names) > 1 else 0.0
+                runs, episodes = 0.0, float(evals * (2 + bool(without)))
+                calls = (2 * per_episode + without) * evals
             elif cell.kind == "crossplay":  # every distinct setting once on the held-out questions
                 settings = _crossplay_settings(names, s.get("learners", [s["learner"]]))
                 runs, episodes = 0.0, float(evals * len(settings))
                 calls = sum(_calls(s["protocol"], s["options"], names, [int(a.split("_")[1]) for a in c]) * evals
                             for c in settings)
             else:
-                factor = TRAINER_EPISODES[s["trainer"]] * (s["shapley_coalitions"] or 1 if s["trainer"] ==
-                                                           "shapley_credit" else 1)
+                per_question, system_episodes = trainer_episodes(s["trainer"])
+                factor = per_question * (s["shapley_coalitions"] or 1)  # set for Shapley credit only
                 train_episodes = s["steps"] * s["questions_per_step"] * s["num_generations"] * factor
-                per_train = 1.0 if s["trainer"] == "grpo" else per_episode
+                per_train = per_episode if system_episodes else 1.0
                 runs = 1.0
-                episodes = train_episodes + evals
-                calls = train_episodes * per_train + per_episode * evals
+                episodes = train_episodes + 2 * evals
+                calls = train_episodes * per_train + 2 * per_episode * evals
+                if cell.kind == "lr_sweep":  # its learner alone on the selection questions, before and after
+                    episodes = train_episodes + 2.0 * s["selection_n"]
+                    calls = train_episodes * per_train + 2.0 * s["selection_n"]
             tokens = calls * s["max_new_tokens"]
         out.append(Cell(cell.kind, cell.id, cell.spec, cell.fingerprint,
                         {"runs": runs, "episodes": episodes, "calls": calls, "tokens": tokens}))

@@ -88,12 +88,15 @@ def run_cell(payload: dict[str, Any]) -> dict[str, Any]:
             threads = torch.get_num_threads()
             torch.set_num_threads(cell["spec"]["threads"])  # the same reductions on every executor
             try:
+                spec = resolve_learning_rate(cell["spec"], out)
                 if cell["kind"] == "crossplay":
-                    result = _crossplay_cell(cell["spec"], out / "train" / cell["spec"]["training_fingerprint"])
+                    result = _crossplay_cell(spec, out / "train" / cell["spec"]["training_fingerprint"])
                 elif cell["kind"] == "baseline":
-                    result = _baseline_cell(cell["spec"])
+                    result = _baseline_cell(spec)
+                elif cell["kind"] == "lr_sweep":
+                    result = _sweep_cell(spec)
                 else:
-                    result = _training_cell(cell["spec"], out / "train" / cell["fingerprint"], payload.get("tracking"))
+                    result = _training_cell(spec, out / "train" / cell["fingerprint"], payload.get("tracking"))
             finally:
                 torch.set_num_threads(threads)
     except BaseException as e:
@@ -181,19 +184,93 @@ def _scores(result: Any) -> dict[str, Any]:
     return out
 
 
+def resolve_learning_rate(spec: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``spec`` with a rule's ``learning_rate`` (``{"rule", "tolerance", "sweep": lr -> sweep cell fingerprint}``)
+    replaced by the rate the rule picks from the finished sweep cells (:func:`crl_envs.study.gates.
+    choose_learning_rate`); a number stays as it is.
+
+    Raises:
+        RunError: a sweep cell has not finished (the study runs them first: rerun it)."""
+    rule = spec.get("learning_rate")
+    if not isinstance(rule, dict):
+        return spec
+    from crl_envs.study.gates import choose_learning_rate
+
+    sweep = {}
+    for lr, fingerprint in rule["sweep"].items():
+        path = out / "cells" / f"{fingerprint}.json"
+        if not path.exists():
+            raise RunError(f"the learning-rate sweep cell for lr {lr} ({path}) has not finished; rerun the study "
+                           f"(sweep cells run before training cells)")
+        sweep[float(lr)] = json.loads(path.read_text())
+    chosen = choose_learning_rate(sweep, rule["rule"], rule["tolerance"])
+    return {**spec, "learning_rate": chosen["learning_rate"], "learning_rate_choice": chosen}
+
+
+def _alone(trainer: Any, task: Any) -> np.ndarray:
+    """The learner's (first learner's) greedy scores alone on ``task``."""
+    from trainers.rollout import rollout_episodes
+
+    j = trainer.learners[0]
+    episodes = rollout_episodes("vote", trainer.pool, task, j, trainer.policies[j], coalition=[j],
+                                examples=[ex.id for ex in task], samples=1, seed=trainer.config.seed,
+                                learner_sampling=trainer.eval_sampling, partner_sampling=trainer.eval_sampling)
+    return np.array([ep.score for ep in episodes], dtype=float)
+
+
+def _sweep_cell(spec: dict[str, Any]) -> dict[str, Any]:
+    """One learning rate of the sweep: the learner alone on the selection questions before and after
+    ``spec["trainer"]`` trains at it (on the sweep's seed); never the eval split."""
+    sel = spec["selection"]
+    desc = {**spec["task"], "seed": sel["seed"]}
+    questions = build_task(desc, split=sel["split"], n=sel["n"])
+    trainer = _trainer(spec, spec["trainer"], spec["seed"], None)
+    before = _alone(trainer, questions)
+    trainer.fit()
+    after = _alone(trainer, questions)
+    from trainers.controls import zero_variance_share
+
+    return {"learning_rate": spec["learning_rate"], "before": float(before.mean()), "after": float(after.mean()),
+            "example_ids": [ex.id for ex in questions], "zero_variance": zero_variance_share(trainer.history),
+            "summary": f"lr {spec['learning_rate']:g}: learner alone on the selection questions {before.mean():.3f} -> "
+                       f"{after.mean():.3f}"}
+
+
+def _rates(trainer: Any, task: Any) -> dict[str, float | None]:
+    """The learner's parse rate and, as a judge, verdict rate on ``task`` (greedy, the whole system)."""
+    from trainers.controls import answer_rates
+    from trainers.rollout import rollout_episodes
+
+    greedy = trainer.eval_sampling
+    episodes = rollout_episodes(trainer.protocol, trainer.pool, task, trainer.policies, options=trainer.config.protocol_options,
+                                examples=[ex.id for ex in task], samples=1, seed=trainer.config.seed,
+                                learner_sampling=greedy, partner_sampling=greedy)
+    return answer_rates(episodes, trainer.learners[0])
+
+
 def _baseline_cell(spec: dict[str, Any]) -> dict[str, Any]:
-    result = _trainer(spec, "crl", 0, None).evaluate()
-    return {**_scores(result),
-            "summary": f"system {result.system_accuracy:.3f}, learner alone {result.standalone_accuracy:.3f}"}
+    trainer = _trainer(spec, "crl", 0, None)
+    result = trainer.evaluate()
+    return {**_scores(result), "without_learner": np.asarray(result.without_learner).tolist(),
+            "rates": _rates(trainer, trainer.eval_task),
+            "summary": f"system {result.system_accuracy:.3f}, learner alone {result.standalone_accuracy:.3f}, "
+                       f"without the learner {np.mean(result.without_learner):.3f}"}
 
 
 def _training_cell(spec: dict[str, Any], output_dir: Path, tracking: dict[str, Any] | None = None) -> dict[str, Any]:
+    from trainers.controls import zero_variance_share
+
     trainer = _trainer(spec, spec["trainer"], spec["seed"], output_dir, tracking)
     trainer.fit()
-    result = trainer.evaluate()
-    return {**_scores(result), "rollouts": trainer.rollouts,
+    result = trainer.evaluate(controls=False)  # the system without the learner: once, in the baseline cell
+    zero = zero_variance_share(trainer.history)
+    chosen = {"learning_rate": spec["learning_rate"], **({"learning_rate_choice": spec["learning_rate_choice"]}
+                                                          if "learning_rate_choice" in spec else {})}
+    return {**_scores(result), "rollouts": trainer.rollouts, "zero_variance": zero,
+            "rates": _rates(trainer, trainer.eval_task), **chosen,
             "summary": f"after training: system {result.system_accuracy:.3f}, learner alone "
-                       f"{result.standalone_accuracy:.3f}, {trainer.rollouts} rollouts"}
+                       f"{result.standalone_accuracy:.3f}, {trainer.rollouts} rollouts, zero-variance groups "
+                       f"{zero if zero is None else round(zero, 2)}, lr {spec['learning_rate']:g}"}
 
 
 def _crossplay_cell(spec: dict[str, Any], train_dir: Path) -> dict[str, Any]:
@@ -279,6 +356,10 @@ def result_problem(cell: Cell, result: Any) -> str | None:
     ids = result.get("example_ids")
     if not isinstance(ids, list):
         return "no example_ids"
+    if cell.kind == "lr_sweep":
+        ok = all(isinstance(result.get(k), (int, float)) and math.isfinite(result[k]) and 0 <= result[k] <= 1
+                 for k in ("before", "after"))
+        return None if ok else "before/after are not accuracies in [0, 1]"
     if cell.kind == "crossplay":
         learners = result.get("learners")
         if not isinstance(learners, dict) or not learners:
@@ -290,7 +371,10 @@ def result_problem(cell: Cell, result: Any) -> str | None:
                         isinstance(x, (int, float)) and math.isfinite(x) and -1 <= x <= 1 for x in v):
                     return f"learners.{j}.{k} is not {len(ids)} gains in [-1, 1]"
         return None
-    return scores("system", result.get("system"), len(ids)) or scores("standalone", result.get("standalone"), len(ids))
+    problem = scores("system", result.get("system"), len(ids)) or scores("standalone", result.get("standalone"), len(ids))
+    if problem is None and cell.kind == "baseline":  # written before baselines carried the controls (#46): rerun
+        problem = scores("without_learner", result.get("without_learner"), len(ids))
+    return problem
 
 
 def _payload(cell: Cell, out: Path, coalition_executor: Any = None, tracking: dict[str, Any] | None = None
@@ -319,13 +403,18 @@ def run_cells(config: StudyConfig, plan: Sequence[Cell], *, progress: bool = Tru
     Valuation cells run one after another in this process, their coalitions on the executor (a Ray
     cluster's slots, or worker processes); baseline and training cells are handed to the executor
     as whole cells. Each result is written as soon as it arrives."""
-    later = [c for c in plan if c.kind == "crossplay"]  # they read their training cells' checkpoints
-    if later and len(later) < len(plan):
-        first = run_cells(config, [c for c in plan if c.kind != "crossplay"], progress=progress, on_result=on_result)
-        return {**first, **run_cells(config, later, progress=progress, on_result=on_result)}
+    from crl_envs.study.plan import STAGE  # sweeps, then the rest, then crossplay (each reads the one before)
+
+    stages = sorted({STAGE.get(c.kind, 1) for c in plan})
+    if len(stages) > 1:
+        results: dict[str, dict[str, Any]] = {}
+        for stage in stages:
+            results.update(run_cells(config, [c for c in plan if STAGE.get(c.kind, 1) == stage], progress=progress,
+                                     on_result=on_result))
+        return results
     out = config.out
     (out / "cells").mkdir(parents=True, exist_ok=True)
-    results: dict[str, dict[str, Any]] = {}
+    results = {}
     todo = []
     for cell in plan:
         found = load_result(out, cell)

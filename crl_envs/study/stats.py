@@ -299,6 +299,44 @@ def _crossplay(cross: Mapping[str, Mapping[int, Mapping[str, Any]]], trainers: S
     return out
 
 
+def _controls(base: Mapping[str, Any], by_trainer: Mapping[str, Any], present: Sequence[str], seeds: Sequence[int],
+              before: np.ndarray, system: Mapping[str, np.ndarray], boots: Mapping[str, np.ndarray],
+              alone_delta: Mapping[str, Any], delta: Mapping[str, Any], idx: np.ndarray, q_boot: np.ndarray,
+              ci_level: float, resamples: int, rng: np.random.Generator) -> dict[str, Any]:
+    """A setting's references and gates (:func:`crl_envs.study.gates.setting_gates`): ``without_learner`` (the
+    system without the learner, v(N minus learner), on the same questions) and each trainer's system after
+    training minus it; each trainer's Δ minus the placebo's; the zero-variance share, parse and verdict rates."""
+    from crl_envs.study.gates import setting_gates
+
+    out: dict[str, Any] = {}
+    wl = base.get("without_learner")
+    if wl is not None:
+        wl = np.asarray(wl, float)
+        after_minus = {t: system[t] + before - wl for t in present}
+        out["without_learner"] = float(wl.mean())
+        out["delta_vs_without_learner"] = {
+            t: _delta(v, seed_question_bootstrap(v, resamples=resamples, rng=rng, indices=idx), q_boot, ci_level)
+            for t, v in after_minus.items()}
+    if "placebo" in present:
+        out["vs_placebo"] = {t: {"difference": float(delta[t]["value"] - delta["placebo"]["value"]),
+                                 "ci": percentile_ci(boots[t] - boots["placebo"], ci_level)}
+                             for t in present if t != "placebo"}
+    zero = {t: _mean([by_trainer[t][s].get("zero_variance") for s in seeds]) for t in present}
+    after_rates = {t: {k: _mean([(by_trainer[t][s].get("rates") or {}).get(k) for s in seeds])
+                       for k in ("parse_rate", "verdict_rate")} for t in present}
+    gates = setting_gates(alone_before=float(np.mean(base["standalone"])), alone_delta=alone_delta, system_delta=delta,
+                          trainers=present, without_learner=out.get("without_learner"), before=float(before.mean()),
+                          zero_variance=zero, rates_before=base.get("rates"), rates_after=after_rates)
+    out.update(gates=gates["gates"], signals=gates["signals"], comparable=gates["comparable"],
+               not_comparable=gates["reason"])
+    return out
+
+
+def _mean(values: Sequence[Any]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept)) if kept else None
+
+
 def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
                     runs: Mapping[tuple[str, str], Mapping[str, Mapping[int, Mapping[str, Any]]]],
                     trainers: Sequence[str], *, ci_level: float = 0.95, alpha: float = 0.05, resamples: int = 5000,
@@ -350,7 +388,10 @@ def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
                      and a0 + alone_delta[t]["value"] <= COLLAPSE_FRACTION * a0 and alone_delta[t]["ci"][1] < 0]
         best = max(delta[t]["value"] for t in present)
         strongest = [t for t in present if delta[t]["value"] >= best - TIE]
+        controls = _controls(base, by_trainer, present, seeds, before, system, boots, alone_delta, delta, idx, q_boot,
+                             ci_level, resamples, np.random.default_rng([seed, 3, len(settings)]))
         setting = {
+            **controls,
             "protocol": setup, "protocol_name": (protocols or {}).get(setup, setup), "task": task,
             "budget": dict((budgets or {}).get(setup, {})), "before": float(before.mean()), "seeds": seeds,
             "delta": delta,
@@ -387,7 +428,9 @@ def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
                 else:
                     test = {"statistic": diff, "t": None, "df": 0, "p_value": None,
                             "undefined": "one seed: no test over seeds"}
-                significant = test["p_value"] is not None and test["p_value"] < alpha and outcome != "tie"
+                if not setting["comparable"]:
+                    outcome = "not comparable"
+                significant = test["p_value"] is not None and test["p_value"] < alpha and outcome in ("win", "loss")
                 same = all(np.array_equal(by_trainer["crl"][s]["system"], by_trainer[b][s]["system"]) for s in seeds)
                 comparisons[b] = {"difference": diff, "ci": percentile_ci(boots["crl"] - boots[b], ci_level),
                                   "per_seed": [float(x - y) for x, y in zip(delta["crl"]["per_seed"],
@@ -427,9 +470,13 @@ def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
         for b in present:
             if b == "crl":
                 continue
-            per = [s["crl_vs"][b] for s in settings]
+            per = [s["crl_vs"][b] for s in settings if s["comparable"]]
             units = [d for c in per for d in c["per_seed"]]
+            if not per:  # every setting failed a gate: nothing to count or test
+                comparisons[b] = {"settings": 0, "not_comparable": len(settings)}
+                continue
             comparisons[b] = {
+                "not_comparable": len(settings) - len(per),
                 "settings": len(per), "wins": sum(c["outcome"] == "win" for c in per),
                 "ties": sum(c["outcome"] == "tie" for c in per), "losses": sum(c["outcome"] == "loss" for c in per),
                 "significant_wins": sum(c["significant"] and c["outcome"] == "win" for c in per),
@@ -442,6 +489,8 @@ def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
             }
             comparisons[b]["across"]["significant"] = comparisons[b]["across"]["p_value"] < alpha
         summary["crl_vs"] = comparisons
+        summary["not_comparable"] = [{"protocol": s["protocol"], "task": s["task"], "reason": s["not_comparable"]}
+                                     for s in settings if not s["comparable"]]
         summary["per_setting_test"] = PER_SETTING_TEST
         summary["across_test"] = ACROSS_TEST
         notes.append("a per-setting win counts as significant when its paired t-test over seeds has p < alpha "

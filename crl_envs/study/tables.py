@@ -87,6 +87,16 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
     s = tables["summary"]
     pct = round(100 * s.get("ci_level", 0.95))
     lines = []
+    sweep = tables.get("lr_sweep")
+    if sweep:
+        r = sweep["rule"]
+        lines.append(f"**Learning rate, chosen before the comparison** ([training.lr_rule]: {r['trainer']} on seed "
+                     f"{r['seed']} at {', '.join(f'{x:g}' for x in r['candidates'])}, the learner alone scored on {r['n']} "
+                     f"{r['split']} questions drawn with seed {r['task_seed']}, rule {r['select']}): " + "; ".join(
+                         f"{k}: " + ", ".join(f"lr {lr} {v['before']:.3f} -> {v['after']:.3f}" for lr, v in c["sweep"].items())
+                         + (f" -> lr {c['learning_rate']:g} ({c['reason']})" if "learning_rate" in c else "")
+                         for k, c in sweep["settings"].items()) + ".")
+        lines.append("")
     seeds = "/".join(str(n) for n in s.get("seeds", []))
     if "crl_vs" in s:
         lines += [f"**C-RL against each baseline** over {s['settings']} settings (setup x task), {seeds} seed(s) each, "
@@ -97,6 +107,9 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
                   "across settings x seeds: mean C-RL - baseline, p (min p) | C-RL / baseline mean gain |",
                   "|---|---|---|---|---|---|"]
         for b, c in s["crl_vs"].items():
+            if not c["settings"]:
+                lines.append(f"| {b} | not comparable in any of {c['not_comparable']} settings (gates below) | | | | |")
+                continue
             a, r = c["across"], c["ratio"]
             ratio = f"undefined: {r['undefined']}" if r["value"] is None else \
                 f"{r['value']:.2f}x " + (f"(no CI: {r['undefined']})" if r["ci"] is None else
@@ -107,6 +120,7 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
                          f"p = {_p(a['p_value'])} ({_p(a['min_p_value'])}){' significant' if a['significant'] else ''} | "
                          f"{ratio} |")
         lines.append("")
+    lines += _gates_markdown(tables["settings"], trainers)
     for f in s.get("learner_collapse", []):
         lines.append(f"**Flag: the learner's own answers collapse** in {f['protocol']} on {f['task']} ({f['trainer']}): "
                      f"the system gains {_pts(f['system_delta'])} points while the learner alone falls "
@@ -125,8 +139,9 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
     for note in s.get("notes", []):
         lines.append(f"Note: {note}.")
     lines += ["", f"| setup | task | budget | trainer | Δ system [{pct}% CI] | per seed [CI] | learner alone before -> "
-                  f"after per seed | Δ learner alone [CI] | per seed [CI] | C-RL - this (paired t p) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+                  f"after per seed | Δ learner alone [CI] | per seed [CI] | C-RL - this (paired t p) | "
+                  f"Δ - placebo's Δ [CI] | after - without learner [CI] | zero-variance groups |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for st in tables["settings"]:
         bud = st.get("budget") or {}
         budget = f"{bud['steps']} steps, lr {bud['learning_rate']:g}" if bud else "n/a"
@@ -144,10 +159,42 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
                 (" significant" if vs["significant"] else "") + (", identical outcomes" if vs["identical_outcomes"] else "")
             name = t + (" **collapse**" if t in st["learner_collapse"] else "") + \
                 (" (strongest" + (", tie)" if st["tie"] else ")") if t in st["strongest"] else "")
+            placebo = st.get("vs_placebo", {}).get(t)
+            vp = "" if placebo is None else f"{_pts(placebo['difference'])} {_ci_pts(placebo['ci'])}"
+            wl = st.get("delta_vs_without_learner", {}).get(t)
+            vw = "" if wl is None else f"{_pts(wl['value'])} {_ci_pts(wl['ci'])}"
+            zero = st.get("signals", {}).get("zero_variance", {}).get(t)
             lines.append(f"| {st['protocol']} | {st['task']} | {budget} | {name} | {_pts(d['value'])} {_ci_pts(d['ci'])} | "
                          f"{per} | {la['before']:.3f} -> {after} | {_pts(ld['value'])} {_ci_pts(ld['ci'])} | {lper} | "
-                         f"{versus} |")
+                         f"{versus} | {vp} | {vw} | {'' if zero is None else f'{zero:.0%}'} |")
     return "\n".join(lines + _several_markdown(tables["settings"], trainers, pct))
+
+
+def _gates_markdown(settings: list[Mapping[str, Any]], trainers: list[str]) -> list[str]:
+    """Per setting its gates (:func:`crl_envs.study.gates.setting_gates`), the system without the learner, the
+    zero-variance shares and the parse/verdict rates, and "not comparable: <reason>" where a gate fails."""
+    lines = []
+    for st in settings:
+        if "gates" not in st:
+            continue
+        marks = "; ".join(f"{g['name']} {'passed' if g['passed'] else 'FAILED'} ({g['detail']})" for g in st["gates"])
+        head = f"**Gates, {st['protocol']} on {st['task']}:** {marks}."
+        if "without_learner" in st:
+            head += f" System before {st['before']:.3f}, without the learner {st['without_learner']:.3f}."
+        sig = st.get("signals", {})
+        zero = ", ".join(f"{t} {v:.0%}" for t, v in sig.get("zero_variance", {}).items() if v is not None)
+        if zero:
+            head += f" Zero-variance groups: {zero}."
+        rb = sig.get("rates_before") or {}
+        for k, what in (("parse_rate", "parse rate"), ("verdict_rate", "verdict rate")):
+            after = ", ".join(f"{t} {v[k]:.2f}" for t, v in sig.get("rates_after", {}).items() if v.get(k) is not None)
+            if rb.get(k) is not None or after:
+                head += f" Learner's {what} before {_f(rb.get(k), '.2f')}, after: {after or 'n/a'}."
+        lines.append(head)
+        if not st.get("comparable", True):
+            lines.append(f"**{st['protocol']} on {st['task']}: not comparable: {st['not_comparable']}** (no wins or "
+                         f"losses counted).")
+    return lines + ([""] if lines else [])
 
 
 def _several_markdown(settings: list[Mapping[str, Any]], trainers: list[str], pct: int) -> list[str]:
