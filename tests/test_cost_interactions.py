@@ -204,3 +204,25 @@ def test_an_approximator_goes_through_the_same_call(task):
     assert approx.interactions == exact.interactions
     # with every coalition in the budget, KernelSHAP-IQ solves the exact least-squares problem
     assert np.allclose(approx.means, exact.means, atol=1e-6)
+
+
+def test_study_fronts_join_protocols_of_a_pool(task):
+    from crl_envs.study.tables import markdown
+    from crl_envs.valuation.fronts import study_fronts
+
+    right = [{0, 1}, {0, 1}, {1, 2}]
+    pool = agents.pool(planted(right, task))
+    cells = []
+    for protocol in ("vote", "debate"):
+        report = valuation.evaluate(protocol, pool, task, cache_dir=False, progress=False, estimator="loo")
+        cells.append({"report": json.loads(json.dumps(report.to_dict())),
+                      "labels": {"pool": "planted", "protocol": protocol, "task": "arith"}})
+    cells.append({"report": {k: v for k, v in cells[0]["report"].items() if k != "coalition_costs"},
+                  "labels": {"pool": "old", "protocol": "vote", "task": "arith"}})
+    fronts = study_fronts(cells, resamples=200)
+    f = fronts["pools"]["planted"]["arith"]
+    assert fronts["cells_without_costs"] == 1 and list(fronts["pools"]) == ["planted"]
+    assert {p for p, _ in f["labels"]} == {"vote", "debate"} and len(f["labels"]) == 8  # LOO: n + 1 coalitions each
+    assert f["front"]["tokens"] == pareto(np.array(f["accuracy"]), np.array(f["cost"]["tokens"])).tolist()
+    text = markdown({"name": "t", "fronts": fronts})
+    assert "Cost-quality fronts" in text and "Cheapest within 2 points" in text

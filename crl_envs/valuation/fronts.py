@@ -107,16 +107,17 @@ class Front:
         share = self.front_share(cost)
         out = [f"cost-quality front, accuracy vs {cost} per question ({len(self.labels)} systems, "
                f"{self.accuracy.shape[1]} questions; {pct}% CIs; 'on front' = share of question resamples):"]
+        f = ".4f" if cost == "seconds" else ".1f"
         for k in self.front(cost):
             lo, hi = self.accuracy_ci[k]
             clo, chi = self.cost_ci[cost][k]
             out.append(f"  {self.describe(k)[:52]:52s} acc {self.accuracy[k].mean():.3f} [{lo:.3f}, {hi:.3f}]  "
-                       f"{cost} {self._cost(cost)[k].mean():9.1f} [{clo:.1f}, {chi:.1f}]  on front {share[k]:.2f}")
+                       f"{cost} {self._cost(cost)[k].mean():9{f}} [{clo:{f}}, {chi:{f}}]  on front {share[k]:.2f}")
         if within is not None:
             c = self.cheapest_within(within, cost)
             out.append(f"  cheapest within {within * 100:g} points of the best ({self.describe(c['best'])}, "
-                       f"{c['best_accuracy']:.3f} at {c['best_cost']:.1f} {cost}): {self.describe(c['point'])}, "
-                       f"{c['accuracy']:.3f} at {c['cost_value']:.1f} {cost} (difference {c['gap']:+.3f} "
+                       f"{c['best_accuracy']:.3f} at {c['best_cost']:{f}} {cost}): {self.describe(c['point'])}, "
+                       f"{c['accuracy']:.3f} at {c['cost_value']:{f}} {cost} (difference {c['gap']:+.3f} "
                        f"[{c['gap_ci'][0]:+.3f}, {c['gap_ci'][1]:+.3f}])")
         return "\n".join(out)
 
@@ -203,3 +204,58 @@ def front_of(tables: Sequence[CoalitionCosts], *, names: Mapping[str, str] | Non
                 cost_rows[c].append(t.spends[k].field(c))
     return Front(labels, np.stack(rows), {c: np.stack(v) for c, v in cost_rows.items()}, ci_level=ci_level,
                  bootstrap_resamples=bootstrap_resamples, seed=seed)
+
+
+#: How close to the best a study's "cheapest within" looks (accuracy points as a fraction).
+STUDY_WITHIN = 0.02
+
+
+def study_fronts(cells: Sequence[Mapping[str, Any]], *, within: float = STUDY_WITHIN, resamples: int = 2000,
+                 ci_level: float = 0.95, seed: int = 0) -> dict[str, Any]:
+    """Per pool and task, the accuracy-vs-tokens :class:`Front` over every coalition of every protocol
+    valued in a study (``cell["report"]`` a valuation report's dict, ``cell["labels"]`` its pool,
+    protocol and task labels). Cells whose reports carry no costs (written before costs were kept) are
+    left out and counted. Tokens only: seconds are not deterministic, and study.json is compared."""
+    groups: dict[tuple[str, str], list[tuple[str, CoalitionCosts, dict[str, str]]]] = {}
+    skipped = 0
+    for cell in cells:
+        d, labels = cell["report"], cell["labels"]
+        if d.get("coalition_costs") is None:
+            skipped += 1
+            continue
+        groups.setdefault((labels["pool"], labels["task"]), []).append(
+            (labels["protocol"], CoalitionCosts.from_dict(d["coalition_costs"]), dict(zip(d["ids"], d["names"]))))
+    out: dict[str, Any] = {"within": within, "cells_without_costs": skipped, "pools": {}}
+    for (pool, task), entries in sorted(groups.items()):
+        tables = []
+        for protocol, table, _ in entries:
+            table.protocol = protocol  # the study's label, which tells two settings of one protocol apart
+            tables.append(table)
+        front = front_of(tables, names=entries[0][2], costs=("tokens",), ci_level=ci_level,
+                         bootstrap_resamples=resamples, seed=seed)
+        out["pools"].setdefault(pool, {})[task] = front.to_dict(within=within)
+    return out
+
+
+def fronts_markdown(fronts: Mapping[str, Any]) -> str:
+    """The study's fronts as Markdown: per pool and task, the systems on the accuracy-vs-tokens front."""
+    lines = []
+    for pool, by_task in fronts["pools"].items():
+        for task, f in by_task.items():
+            lines += [f"**{pool}, {task}** ({len(f['labels'])} coalition x protocol systems; {f['ci_level']:.0%} "
+                      f"CIs over questions; on front: share of question resamples)", "",
+                      "| system | accuracy | tokens / question | on front |", "|---|---|---|---|"]
+            for k in f["front"]["tokens"]:
+                protocol, members = f["labels"][k]
+                lo, hi = f["accuracy_ci"][k]
+                lines.append(f"| {protocol}: {'+'.join(members)} | {f['accuracy'][k]:.3f} [{lo:.3f}, {hi:.3f}] | "
+                             f"{f['cost']['tokens'][k]:.1f} | {f['front_share']['tokens'][k]:.2f} |")
+            c = f["cheapest_within"]["tokens"]
+            lines += ["", f"Cheapest within {100 * fronts['within']:g} points of the best "
+                          f"({c['best_label'][0]}: {'+'.join(c['best_label'][1])}, {c['best_accuracy']:.3f}): "
+                          f"{c['label'][0]}: {'+'.join(c['label'][1])}, {c['accuracy']:.3f} at {c['cost_value']:.1f} "
+                          f"tokens vs {c['best_cost']:.1f} (difference {c['gap']:+.3f} "
+                          f"[{c['gap_ci'][0]:+.3f}, {c['gap_ci'][1]:+.3f}]).", ""]
+    if fronts.get("cells_without_costs"):
+        lines.append(f"{fronts['cells_without_costs']} valuation cells carry no costs (run before costs were kept).")
+    return "\n".join(lines)

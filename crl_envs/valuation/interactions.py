@@ -101,19 +101,21 @@ def per_question_indices(values: Callable[[np.ndarray], np.ndarray], n: int, que
         return np.stack([known[int(m)] for m in masks])
 
     wanted = [t for k in range(1, order + 1) for t in combinations(range(n), k)]
-    out = np.zeros((len(wanted), questions))
-    if approximator is None:
-        full = table(np.arange(1 << n))  # (2^n, questions), mask order
-    for q in range(questions):
-        if approximator is None:
-            game = lambda c, q=q: full[masks_of(c), q]  # noqa: E731
-            result = shapiq.ExactComputer(game, n_players=n)(index, order)
-        else:
-            game = lambda c, q=q: table(masks_of(c))[:, q]  # noqa: E731
-            kind = getattr(shapiq, approximator)
-            result = kind(n=n, max_order=order, index=index, random_state=seed).approximate(budget, game)
+
+    def read(result: Any) -> list[float]:
         lookup = result.interaction_lookup
-        out[:, q] = [result.values[lookup[t]] if t in lookup else 0.0 for t in wanted]
+        return [result.values[lookup[t]] if t in lookup else 0.0 for t in wanted]
+
+    if approximator is None:  # each distinct question game once (questions every coalition gets right are alike)
+        games, which = np.unique(table(np.arange(1 << n)).T, axis=0, return_inverse=True)
+        found = np.array([read(shapiq.ExactComputer(lambda c, g=g: g[masks_of(c)], n_players=n)(index, order))
+                          for g in games]).reshape(len(games), len(wanted))
+        return wanted, found[np.asarray(which).reshape(-1)].T
+    out = np.zeros((len(wanted), questions))
+    kind = getattr(shapiq, approximator)
+    for q in range(questions):
+        game = lambda c, q=q: table(masks_of(c))[:, q]  # noqa: E731
+        out[:, q] = read(kind(n=n, max_order=order, index=index, random_state=seed).approximate(budget, game))
     return wanted, out
 
 
