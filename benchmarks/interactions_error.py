@@ -54,7 +54,7 @@ def main() -> None:
     wanted, exact = per_question_indices(values, n, 1, index="k-SII", order=2)
     exact = exact.mean(axis=1)
     pairs = np.array([len(t) == 2 for t in wanted])
-    print(f"n = {n} models, {q} questions, exact k-SII (order 2) in {time.perf_counter() - t0:.1f} s; "
+    print(f"n = {n} models, {q} questions, every coalition played and exact k-SII (order 2) in {time.perf_counter() - t0:.1f} s; "
           f"pairs: mean |index| {np.abs(exact[pairs]).mean():.4f}, largest {np.abs(exact[pairs]).max():.4f}")
     print(f"{'approximator':14s} {'budget':>6s} {'pairs MAE':>10s} {'pairs max':>10s} {'singles MAE':>12s}  (mean over "
           f"{args.seeds} seeds)")

@@ -226,3 +226,25 @@ def test_study_fronts_join_protocols_of_a_pool(task):
     assert f["front"]["tokens"] == pareto(np.array(f["accuracy"]), np.array(f["cost"]["tokens"])).tolist()
     text = markdown({"name": "t", "fronts": fronts})
     assert "Cost-quality fronts" in text and "Cheapest within 2 points" in text
+
+
+def test_value_command_reports_costs_front_and_interactions(tmp_path, capsys):
+    from crl_envs.commands import main
+
+    base = ["value", "--pool", "scripted", "--protocol", "vote", "--n", "6", "--quiet", "--no-cache",
+            "--out", str(tmp_path)]
+    assert main(base) == 0
+    plain = capsys.readouterr().out
+    assert main(base + ["--costs", "--cost-lambda", "0.5", "--front", "0.05", "--interactions", "2"]) == 0
+    out = capsys.readouterr().out
+    head = plain.split("\nwrote ")[0]
+    assert out.startswith(head)  # the main table is unchanged; the sections follow it
+    for section in ("cost per coalition (vote_v0", "cost-aware values", "accuracy vs tokens", "accuracy vs seconds",
+                    "cheapest within 5 points", "interactions (SII, order <= 2, exact"):
+        assert section in out
+    assert (tmp_path / "vote_v0-arith-exact-front-tokens.png").exists()
+    assert (tmp_path / "vote_v0-arith-exact-interactions.png").exists()
+    assert main(base + ["--interactions", "4"]) == 2
+    assert "interaction order must be an int in 1..3" in capsys.readouterr().err
+    assert main(base + ["--interaction-budget", "40"]) == 2
+    assert "need --interactions ORDER" in capsys.readouterr().err

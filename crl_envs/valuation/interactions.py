@@ -37,6 +37,8 @@ from crl_kit.errors import ConfigError
 INDICES = ("SII", "k-SII", "Moebius")
 MAX_ORDER = 3
 APPROXIMATORS = ("SVARMIQ", "KernelSHAPIQ")
+#: A CI bound within this of 0 counts as 0 (sums of Shapley weights leave ~1e-17 where the index is 0).
+TOLERANCE = 1e-9
 INSTALL_HINT = "pip install 'crl-envs[interactions]' (or pip install 'shapiq>=1.4,<2')"
 
 
@@ -176,7 +178,7 @@ class Interactions:
         out = [f"interactions ({self.index}, order <= {self.order}, {how}; {pct}% CI over questions; "
                f"< 0 redundant, > 0 synergy):"]
         for v, t, (lo, hi) in rows:
-            tag = "redundant" if hi < 0 else "synergy" if lo > 0 else ""
+            tag = "redundant" if hi < -TOLERANCE else "synergy" if lo > TOLERANCE else ""
             out.append(f"  {' + '.join(names[i] for i in t):40s} {v:+.3f} [{lo:+.3f}, {hi:+.3f}] {tag}".rstrip())
         return "\n".join(out)
 
@@ -213,7 +215,7 @@ class Interactions:
                 continue
             lo, hi = self.ci[k]
             for a, b in (t, t[::-1]):
-                ax.text(b, a, f"{self.means[k]:+.2f}" + ("*" if lo > 0 or hi < 0 else ""), ha="center",
+                ax.text(b, a, f"{self.means[k]:+.2f}" + ("*" if lo > TOLERANCE or hi < -TOLERANCE else ""), ha="center",
                         va="center", fontsize=7)
         ax.set_xticks(range(n), names, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(n), names, fontsize=8)
