@@ -21,26 +21,53 @@ WITHIN = 0.02
 MAX_NEW_TOKENS = 24  # as tools/zoo/v4.py evaluates the v4 models
 
 
-def measure(pool_name: str, questions: int = QUESTIONS, seed: int = 0, cache_dir: Any = False):
-    """The :class:`~crl_envs.valuation.ValuationReport` of ``pool_name`` under vote, exact, with costs
-    and pairwise SII, on the v4 models' task (arith test split, two digits, + and -)."""
+def measure(pool_name: str, questions: int = QUESTIONS, seed: int = 0, cache_dir: Any = None):
+    """``(report, moebius)``: the :class:`~crl_envs.valuation.ValuationReport` of ``pool_name`` under vote,
+    exact, with costs and pairwise SII, on the v4 models' task (arith test split, two digits, + and -),
+    and the Moebius interactions up to order 3 of the same coalitions (read back from the cache)."""
+    import tempfile
+
     import torch
 
     import agents
     import agents.zoo
     from crl_envs import tasks, valuation
+    from crl_envs.valuation.interactions import game_interactions
 
     torch.set_num_threads(1)
     task = tasks.load("arith", split="test", n=questions, seed=seed, **agents.zoo.TASK_OPTIONS)
-    return valuation.evaluate(PROTOCOL, agents.pool(pool_name), task, seed=seed, cache_dir=cache_dir, progress=False,
-                              sampling=agents.SamplingParams(max_new_tokens=MAX_NEW_TOKENS), interactions=2)
+    pool = agents.pool(pool_name)
+    sampling = agents.SamplingParams(max_new_tokens=MAX_NEW_TOKENS)
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = cache_dir or tmp
+        report = valuation.evaluate(PROTOCOL, pool, task, seed=seed, cache_dir=cache, progress=False,
+                                    sampling=sampling, interactions=2)
+        game = valuation.CoalitionGame(PROTOCOL, pool, task, seed=seed, sampling=sampling, cache_dir=cache,
+                                       progress=False)
+        moebius = game_interactions(game, index="Moebius", order=3, seed=seed)
+        assert game.evaluations == 0  # every coalition came from the valuation's runs
+    return report, moebius
 
 
-def summary(report) -> dict[str, Any]:
-    """What the docs page quotes: values, costs, the fronts and the pairwise interactions."""
+def triples(moebius) -> dict[str, Any]:
+    """The order-3 Moebius terms: how many are positive or negative with a CI excluding 0, and the
+    largest of each sign."""
+    tol = 1e-9
+    rows = [(float(m), [float(x) for x in c], list(t))
+            for t, m, c in zip(moebius.interactions, moebius.means, moebius.ci) if len(t) == 3]
+    rows.sort()
+    return {"count": len(rows), "positive": sum(r[1][0] > tol for r in rows),
+            "negative": sum(r[1][1] < -tol for r in rows), "mean": sum(r[0] for r in rows) / len(rows),
+            "lowest": rows[:3], "highest": rows[-3:][::-1]}
+
+
+def summary(report, moebius) -> dict[str, Any]:
+    """What the docs page quotes: values, costs, the fronts, the pairwise interactions and the
+    order-3 Moebius terms."""
     ratio, ratio_ci = report.value_per_1k()
     front = report.front()
     return {
+        "moebius_triples": triples(moebius),
         "protocol": report.protocol, "names": report.names, "example_ids": report.example_ids,
         "system_value": float(report.system.mean()),
         "individual": report.individual.means.tolist(),
@@ -62,11 +89,12 @@ def main() -> None:
     result: dict[str, Any] = {"protocol": PROTOCOL, "questions": args.questions, "seed": 0, "within": WITHIN,
                               "max_new_tokens": MAX_NEW_TOKENS, "pools": {}}
     for name in POOLS:
-        report = measure(name, args.questions, cache_dir=args.cache_dir or False)
-        result["pools"][name] = summary(report)
+        report, moebius = measure(name, args.questions, cache_dir=args.cache_dir)
+        result["pools"][name] = summary(report, moebius)
         front = report.front()
         print(f"## {name}\n{report}\n\n{report.interactions.table(report.names)}\n\n{front.table('tokens', WITHIN)}\n"
-              f"\n{front.table('seconds', WITHIN)}\n\n{report.cost_table()}\n")
+              f"\n{front.table('seconds', WITHIN)}\n\n{report.cost_table()}\n"
+              f"\norder-3 Moebius terms: {json.dumps(triples(moebius))}\n")
         front.plot(out / f"cost_interactions_{name}_front.png", "tokens",
                    title=f"{name} in {PROTOCOL}: accuracy vs tokens ({args.questions} questions)")
         report.interactions.plot(out / f"cost_interactions_{name}_interactions.png", report.names,

@@ -63,7 +63,7 @@ def test_cost_interactions_zoo4_pools():
     d = json.loads((DOCS / "cost_interactions_zoo4.json").read_text())
     assert list(d["pools"]) == list(POOLS)
     for name in POOLS:
-        got = json.loads(json.dumps(summary(measure(name, d["questions"], d["seed"]))))
+        got = json.loads(json.dumps(summary(*measure(name, d["questions"], d["seed"]))))
         assert _without_seconds(got) == _without_seconds(d["pools"][name]), name
 
 

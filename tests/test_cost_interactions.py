@@ -15,7 +15,8 @@ import agents
 from agents import ScriptedAgent
 from crl_envs import tasks, valuation
 from crl_envs.valuation import CoalitionGame
-from crl_envs.valuation.fronts import pareto
+from crl_envs.valuation.fronts import Front, pareto
+from crl_envs.valuation.interactions import game_interactions
 from crl_kit.errors import ConfigError
 
 shapiq = pytest.importorskip("shapiq")
@@ -102,7 +103,7 @@ def test_specialists_alone_interact_at_order_three(task):
     # without noise, a pair's tie goes to its first member, so pairs are redundant; the three form majorities
     right = [{1, 2}, {0, 2}, {0, 1}]
     game = CoalitionGame("vote", agents.pool(planted(right, task)), task, cache_dir=False, progress=False)
-    found = valuation.interactions.game_interactions(game, index="Moebius", order=3)
+    found = game_interactions(game, index="Moebius", order=3)
     for T in [t for k in (1, 2, 3) for t in combinations(range(3), k)]:
         assert found.means[found.interactions.index(T)] == pytest.approx(moebius(right, T), abs=1e-12)
     assert found.means[found.interactions.index((0, 1, 2))] == pytest.approx(1.0)
@@ -168,7 +169,7 @@ def test_front_and_cheapest_within():
     assert pareto(acc, cost).tolist() == [0, 1, 4, 3]
     rng = np.random.default_rng(0)
     per_q = (rng.random((5, 400)) < acc[:, None]).astype(float)
-    front = valuation.fronts.Front([("p", (str(k),)) for k in range(5)], per_q,
+    front = Front([("p", (str(k),)) for k in range(5)], per_q,
                                    {"tokens": np.repeat(cost[:, None], 400, axis=1)})
     best = int(np.argmax(per_q.mean(axis=1)))
     pick = front.cheapest_within(0.05)
@@ -196,10 +197,10 @@ def test_interaction_options_fail_before_any_run(task):
 def test_an_approximator_goes_through_the_same_call(task):
     right = [set(), set(), {1, 2}, {0, 2}, {0, 1}]
     game = CoalitionGame("vote", agents.pool(planted(right, task)), task, cache_dir=False, progress=False)
-    exact = valuation.interactions.game_interactions(game, index="k-SII", order=2)
+    exact = game_interactions(game, index="k-SII", order=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        approx = valuation.interactions.game_interactions(game, index="k-SII", order=2, approximator="KernelSHAPIQ",
+        approx = game_interactions(game, index="k-SII", order=2, approximator="KernelSHAPIQ",
                                                           budget=32)
     assert approx.interactions == exact.interactions
     # with every coalition in the budget, KernelSHAP-IQ solves the exact least-squares problem

@@ -45,7 +45,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "crl_envs.valuation.game": (
         "CoalitionGame", "default_cache_dir", "individual_game", "mask_of", "members_of", "play_coalitions",
     ),
+    "crl_envs.valuation.fronts": ("Front", "front_of"),
+    "crl_envs.valuation.interactions": ("Interactions", "game_interactions"),
     "crl_envs.valuation.pooled": ("PooledTest", "pooled_test"),
+    "crl_envs.valuation.spend": ("CoalitionCosts", "Spend"),
     "crl_envs.valuation.report": ("Correlation", "Measure", "ValuationReport", "correlation"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -76,6 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover
         shapley_weights,
     )
     from crl_envs.valuation.executors import Executor, LocalExecutor, ProcessExecutor, RayExecutor
+    from crl_envs.valuation.fronts import Front, front_of
     from crl_envs.valuation.game import (
         CoalitionGame,
         default_cache_dir,
@@ -84,8 +88,10 @@ if TYPE_CHECKING:  # pragma: no cover
         members_of,
         play_coalitions,
     )
+    from crl_envs.valuation.interactions import Interactions, game_interactions
     from crl_envs.valuation.pooled import PooledTest, pooled_test
     from crl_envs.valuation.report import Correlation, Measure, ValuationReport, correlation
+    from crl_envs.valuation.spend import CoalitionCosts, Spend
 
 ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
 
@@ -285,5 +291,5 @@ __all__ = [
     "pooled_test", "PooledTest", "shapley_weights", "banzhaf_weights", "loo_weights", "permutation_weights",
     "sample_permutations", "exact_masks", "mask_of", "members_of", "default_cache_dir", "MAX_EXACT_PLAYERS",
     "individual_game", "permutation_draws", "Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor",
-    "play_coalitions",
+    "play_coalitions", "Front", "front_of", "Interactions", "game_interactions", "CoalitionCosts", "Spend",
 ]
