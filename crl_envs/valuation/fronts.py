@@ -158,7 +158,7 @@ class Front:
         lo, hi = self.accuracy_ci[f].T
         ax.errorbar(cst[f], acc[f], yerr=[acc[f] - lo, hi - acc[f]], fmt="o", color="black", ms=4, capsize=2)
         for k in f:
-            ax.annotate("+".join(self.labels[k][1]) if len(self.labels[k][1]) <= 3
+            ax.annotate("+".join(self.labels[k][1]) if len(self.labels[k][1]) <= 2
                         else f"{len(self.labels[k][1])} models", (cst[k], acc[k]), textcoords="offset points",
                         xytext=(4, -10), fontsize=7)
         if np.all(cst > 0) and cst.max() / max(cst.min(), 1e-12) > 20:
