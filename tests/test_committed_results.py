@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_every_result_file_is_checked_here():
-    known = {"valuation_debate_zoo.json", "study.json",
+    known = {"valuation_debate_zoo.json", "study.json", "cost_interactions_zoo4.json",
              "multi_learner.json"}  # checked in tests/test_multi_learner_figures.py
     assert {p.name for p in RESULTS} <= known, f"a new docs/*.json needs a check here: {[p.name for p in RESULTS]}"
     assert RESULTS
@@ -43,6 +43,28 @@ def test_valuation_debate_zoo_individual_and_system_runs():
     np.testing.assert_array_equal(individual, np.asarray(d["measures"]["individual"]["per_question"]))
     debate = CoalitionGame("debate", pool, task, sampling=sampling, seed=d["seed"], cache_dir=False, progress=False)
     np.testing.assert_array_equal(debate.value((1 << len(pool)) - 1), np.asarray(d["system"]))
+
+
+def _without_seconds(summary: dict) -> dict:
+    """A pool's summary less its seconds (measured wall time, never compared)."""
+    front = {k: ({c: x for c, x in v.items() if c != "seconds"} if isinstance(v, dict) else v)
+             for k, v in summary["front"].items()}
+    return {**summary, "front": front}
+
+
+def test_cost_interactions_zoo4_pools():
+    """docs/cost_interactions_zoo4.json (benchmarks/cost_interactions_zoo4.py): zoo4-clones and
+    zoo4-specialists under vote, every coalition's value and tokens, the fronts and the pairwise SII."""
+    import sys
+
+    sys.path.insert(0, str(DOCS.parent))
+    from benchmarks.cost_interactions_zoo4 import POOLS, measure, summary
+
+    d = json.loads((DOCS / "cost_interactions_zoo4.json").read_text())
+    assert list(d["pools"]) == list(POOLS)
+    for name in POOLS:
+        got = json.loads(json.dumps(summary(*measure(name, d["questions"], d["seed"]))))
+        assert _without_seconds(got) == _without_seconds(d["pools"][name]), name
 
 
 def _cheapest(planned, committed, kind):

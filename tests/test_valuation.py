@@ -547,7 +547,7 @@ def test_scripted_fingerprints_follow_behaviour(tmp_path):
 def test_bad_valuation_options_fail_before_any_run(mixed_pool, tmp_path, monkeypatch):
     task = tasks.load("arith", n=3)
     played = []
-    monkeypatch.setattr(valuation.game, "coalition_scores", lambda run, mask: played.append(mask))
+    monkeypatch.setattr(valuation.executors, "coalitions_outcomes", lambda run, masks: played.append(masks))
     bad = [({"ci_level": 95}, r"ci_level must be a number in \(0, 1\), e\.g\. 0\.95, got 95 \(a fraction: 0\.95"),
            ({"ci_level": "0.9"}, "ci_level must be a number"),
            ({"bootstrap_resamples": 0}, "bootstrap_resamples must be an int >= 1"),

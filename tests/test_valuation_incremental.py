@@ -118,7 +118,7 @@ def test_cache_files_name_what_played_and_nothing_else(tmp_path):
     CoalitionGame("vote", pool, task, cache_dir=tmp_path, progress=False).value(0b011)
     (path,) = (tmp_path / "vote_v0").glob("*.json")
     record = json.loads(path.read_text())
-    assert record["version"] == CACHE_VERSION == 2 and record["coalition"] == ["model_0", "model_1"]
+    assert record["version"] == CACHE_VERSION == 3 and record["coalition"] == ["model_0", "model_1"]
     assert [m[0] for m in record["describe"]["members"]] == ["model_0", "model_1"]
     assert "y2" not in json.dumps(record)  # the member left out is nowhere in what keys the result
 

@@ -7,6 +7,7 @@ Example::
     crl-envs value --pool zoo --estimator permutation --budget 200 --ci-level 0.9
     crl-envs value --pool zoo --ray                   # coalitions as Ray tasks (a local cluster)
     crl-envs value --pool zoo --ray head-node:6379    # ... on a running cluster
+    crl-envs value --pool zoo4-clones --protocol vote --costs --front 0.02 --interactions 2
 """
 
 from __future__ import annotations
@@ -57,6 +58,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run coalitions as Ray tasks: on the cluster at ADDRESS ('head:6379', 'ray://head:10001'), "
                         "or with no ADDRESS on $RAY_ADDRESS or a new local cluster (needs: pip install 'crl-envs[ray]')")
+    p.add_argument("--costs", action="store_true",
+                   help="also print each coalition's cost per question as deployed and the cost-aware values")
+    p.add_argument("--cost-lambda", type=float, default=None, metavar="LAMBDA",
+                   help="also value the trade-off game v(S) - LAMBDA * (1k tokens of S) per question (implies --costs)")
+    p.add_argument("--front", nargs="?", type=float, const=0.02, default=None, metavar="POINTS",
+                   help="also print the cost-quality front (accuracy vs tokens and vs seconds) and the cheapest "
+                        "coalition within POINTS of the best (a fraction, default 0.02), and write its PNG")
+    p.add_argument("--interactions", type=int, default=None, metavar="ORDER",
+                   help="also compute interaction indices up to ORDER (1-3) with shapiq, print them and write a "
+                        "heatmap (needs: pip install 'crl-envs[interactions]')")
+    p.add_argument("--interaction-index", default="SII", help="SII (default), k-SII or Moebius")
+    p.add_argument("--interaction-approximator", default=None, metavar="NAME",
+                   help="SVARMIQ or KernelSHAPIQ: sampled interactions (pools of more than 12 models)")
+    p.add_argument("--interaction-budget", type=int, default=None, metavar="COALITIONS",
+                   help="coalitions the approximator may evaluate")
 
 
 def ci_level(text: str) -> float:
@@ -85,6 +101,18 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.estimator == "antithetic" and args.budget % 2:
         raise ConfigError(f"--estimator antithetic pairs each permutation with its reverse: --budget must be even, "
                          f"got {args.budget}")
+    if args.front is not None and not 0 <= args.front <= 1:
+        raise ConfigError(f"--front takes a fraction of accuracy in [0, 1] (0.02 = 2 points), got {args.front}")
+    if args.cost_lambda is not None and not args.cost_lambda >= 0:
+        raise ConfigError(f"--cost-lambda must be >= 0 (accuracy per 1k tokens, e.g. 0.01), got {args.cost_lambda}")
+    if args.interactions is not None:
+        from crl_envs.valuation.interactions import check_options
+
+        # the pool's size is not known yet: what does not depend on it
+        check_options(None, args.interaction_index, args.interactions, args.interaction_approximator,
+                      args.interaction_budget)
+    elif args.interaction_approximator or args.interaction_budget is not None:
+        raise ConfigError("--interaction-approximator/--interaction-budget need --interactions ORDER")
     writable_dir(args.out)
 
 
@@ -104,14 +132,36 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed, ci_level=args.ci_level, sampling=sampling, options=parse_options(args.option),
         cache_dir=False if args.no_cache else args.cache_dir, progress=not args.quiet,
         executor="local" if args.ray is None else RayExecutor(args.ray or None),
+        cost_lambda=args.cost_lambda, interactions=args.interactions, interaction_index=args.interaction_index,
+        interaction_approximator=args.interaction_approximator, interaction_budget=args.interaction_budget,
     )
     print(report)
     out = Path(args.out)
     stem = f"{report.protocol}-{report.task}-{args.estimator}"
     json_path = report.to_json(out / f"{stem}.json")
     png_path = report.plot(out / f"{stem}.png")
-    print(f"\nwrote {json_path} and {png_path}")
+    extra = print_cost_sections(report, args, out / stem)
+    print(f"\nwrote {json_path} and {png_path}" + "".join(f", {p}" for p in extra))
     return 0
+
+
+def print_cost_sections(report, args: argparse.Namespace, stem: Path) -> list[Path]:
+    """The sections ``--costs``, ``--cost-lambda``, ``--front`` and ``--interactions`` ask for; returns
+    the figures written."""
+    written = []
+    if args.costs or args.cost_lambda is not None:
+        print("\n" + report.cost_table())
+    if args.front is not None:
+        front = report.front()
+        for cost in ("tokens", "seconds"):
+            print("\n" + front.table(cost, within=args.front))
+        written.append(front.plot(f"{stem}-front-tokens.png", "tokens",
+                                  title=f"{report.protocol} on {report.task}: accuracy vs tokens"))
+    if report.interactions is not None:
+        print("\n" + report.interactions.table(report.names, top=10))
+        written.append(report.interactions.plot(f"{stem}-interactions.png", report.names,
+                                                title=f"{report.protocol} on {report.task}"))
+    return written
 
 
 SUBCOMMANDS["value"] = (add_arguments, run, "value a pool's models: individual vs LOO/Shapley/Banzhaf, table + JSON + PNG")

@@ -201,6 +201,10 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
         v = config.valuation
         out["valuation"] = valuation_tables(vcells, alpha=v.alpha, delta=v.delta, families=v.families,
                                             resamples=v.bootstrap_resamples)
+        if any(c["report"].get("coalition_costs") for c in vcells):
+            from crl_envs.valuation.fronts import study_fronts
+
+            out["fronts"] = study_fronts(vcells, resamples=v.bootstrap_resamples)
     if config.training is not None and any(c.kind == "training" for c in planned):
         baselines, runs = {}, defaultdict(lambda: defaultdict(dict))
         crossplay = defaultdict(lambda: defaultdict(dict))

@@ -244,6 +244,11 @@ def markdown(study: Mapping[str, Any]) -> str:
     out = [f"# Study {study['name']}", ""]
     if study.get("valuation"):
         out += ["## Valuation: individual vs compositional strength", "", valuation_markdown(study["valuation"]), ""]
+    if study.get("fronts"):
+        from crl_envs.valuation.fronts import fronts_markdown
+
+        out += ["## Cost-quality fronts: accuracy vs tokens over every coalition x protocol", "",
+                fronts_markdown(study["fronts"]), ""]
     if study.get("training"):
         out += ["## Training: Δ system accuracy and the learner's own Δ per trainer (points)", "",
                 training_markdown(study["training"], study["config"]["training"]["trainers"]), ""]

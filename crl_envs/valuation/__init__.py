@@ -45,7 +45,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "crl_envs.valuation.game": (
         "CoalitionGame", "default_cache_dir", "individual_game", "mask_of", "members_of", "play_coalitions",
     ),
+    "crl_envs.valuation.fronts": ("Front", "front_of"),
+    "crl_envs.valuation.interactions": ("Interactions", "game_interactions"),
     "crl_envs.valuation.pooled": ("PooledTest", "pooled_test"),
+    "crl_envs.valuation.spend": ("CoalitionCosts", "Spend"),
     "crl_envs.valuation.report": ("Correlation", "Measure", "ValuationReport", "correlation"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -76,6 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover
         shapley_weights,
     )
     from crl_envs.valuation.executors import Executor, LocalExecutor, ProcessExecutor, RayExecutor
+    from crl_envs.valuation.fronts import Front, front_of
     from crl_envs.valuation.game import (
         CoalitionGame,
         default_cache_dir,
@@ -84,8 +88,10 @@ if TYPE_CHECKING:  # pragma: no cover
         members_of,
         play_coalitions,
     )
+    from crl_envs.valuation.interactions import Interactions, game_interactions
     from crl_envs.valuation.pooled import PooledTest, pooled_test
     from crl_envs.valuation.report import Correlation, Measure, ValuationReport, correlation
+    from crl_envs.valuation.spend import CoalitionCosts, Spend
 
 ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
 
@@ -108,6 +114,11 @@ def evaluate(
     bootstrap_resamples: int = 2000,
     executor: Executor | str = "local",
     memo: bool = True,
+    cost_lambda: float | None = None,
+    interactions: int | None = None,
+    interaction_index: str = "SII",
+    interaction_approximator: str | None = None,
+    interaction_budget: int | None = None,
 ) -> ValuationReport:
     """Value every model of ``pool`` inside ``protocol`` on ``task``.
 
@@ -131,6 +142,19 @@ def evaluate(
         memo: generate each distinct request once (coalitions share the same questions and per-request
             seeds, so a model asked the same thing in two coalitions answers the same); the results are
             identical with ``memo=False``, which generates every request (for comparisons).
+        cost_lambda: also value the trade-off game ``v(S) - cost_lambda * c(S)``, ``c(S)`` the
+            coalition's thousands of tokens per question as deployed (so ``cost_lambda`` is accuracy
+            given up per 1k tokens), with the same estimator and CIs (``report.tradeoff``).
+        interactions: also compute interaction indices up to this order (1-3) with shapiq
+            (:mod:`crl_envs.valuation.interactions`; exact plays all ``2^n - 1`` coalitions, whatever the
+            estimator): ``interaction_index`` ``"SII"``, ``"k-SII"`` or ``"Moebius"``; for pools of more than
+            12 models an ``interaction_approximator`` (``"SVARMIQ"``, ``"KernelSHAPIQ"``) with
+            ``interaction_budget`` coalitions.
+
+    Every coalition's cost per question as deployed (calls, prompt and generated tokens, seconds) is
+    kept beside its value (``report.coalition_costs``), and the cost game ``c(S)`` (tokens per question)
+    is valued with the same estimator (``report.cost``: who costs what; ``report.value_per_1k``: each
+    model's compositional value per 1k of the tokens it costs).
 
     Every option is checked before the first run. Individual strength costs n one-member ``vote``
     runs (cached like any coalition; for ``protocol="vote"`` they are the same runs as its one-member
@@ -153,6 +177,7 @@ def evaluate(
     from crl_envs.valuation.executors import resolve_executor
     from crl_envs.valuation.game import CoalitionGame, individual_game, play_coalitions
     from crl_envs.valuation.report import Measure, ValuationReport, check_ci_options
+    from crl_envs.valuation.spend import CoalitionCosts
     from crl_kit.validation import check_int
 
     if estimator not in ESTIMATORS:
@@ -169,6 +194,10 @@ def evaluate(
     if sampled:
         check_int("budget", budget, minimum=2, why="the number of permutations, e.g. budget=200")
     check_ci_options(ci_level, bootstrap_resamples)
+    if cost_lambda is not None and (isinstance(cost_lambda, bool) or not isinstance(cost_lambda, (int, float))
+                                    or not np.isfinite(cost_lambda) or cost_lambda < 0):
+        raise ConfigError(f"cost_lambda must be a finite number >= 0 (accuracy per 1k tokens, e.g. 0.01), "
+                          f"got {cost_lambda!r}")
     if not isinstance(progress, bool):
         raise ConfigError(f"progress must be True or False, got {progress!r}")
     executor = resolve_executor(executor)
@@ -177,6 +206,11 @@ def evaluate(
     n = game.n
     if estimator == "exact":
         estimators._check_exact(n)  # fail before any run
+    if interactions is not None:
+        from crl_envs.valuation.interactions import check_options, import_shapiq
+
+        check_options(n, interaction_index, interactions, interaction_approximator, interaction_budget)
+        import_shapiq()
     perms = None
     if sampled:
         perms = sample_permutations(n, budget, seed=seed if permutation_seed is None else permutation_seed,
@@ -201,20 +235,42 @@ def evaluate(
     executed = len(ran)
     individual = alone.table(singles)
     values = game.values(plan)
+    spends = game.spends(plan)
+    tokens = {m: spends[m].tokens / 1000 for m in plan}  # the cost game c(S): 1k tokens per question
 
-    def per_question(masks: list[int], weights: np.ndarray) -> np.ndarray:
-        return weights @ np.stack([values[m] for m in masks])
+    def per_question(masks: list[int], weights: np.ndarray, game_values: dict[int, np.ndarray] = values) -> np.ndarray:
+        return weights @ np.stack([game_values[m] for m in masks])
+
+    def compositional(name: str, game_values: dict[int, np.ndarray]) -> Measure:
+        """The estimator's measure (Shapley where computed, else LOO) of a game given by its values."""
+        if estimator == "exact":
+            return Measure(name, list(game.ids), per_question(exact_masks(n), shapley_weights(n), game_values))
+        if sampled:
+            draws = permutation_draws(perms, {m: float(game_values[m].mean()) for m in game_values},
+                                      antithetic=estimator == "antithetic")
+            return Measure(name, list(game.ids), per_question(perm_m, perm_w, game_values), draws=draws)
+        return Measure(name, list(game.ids), per_question(loo_m, loo_w, game_values))
 
     shapley = banzhaf = None
     if estimator == "exact":
-        all_m = exact_masks(n)
-        shapley = Measure("shapley", list(game.ids), per_question(all_m, shapley_weights(n)))
-        banzhaf = Measure("banzhaf", list(game.ids), per_question(all_m, banzhaf_weights(n)))
+        shapley = compositional("shapley", values)
+        banzhaf = Measure("banzhaf", list(game.ids), per_question(exact_masks(n), banzhaf_weights(n)))
     elif sampled:
-        draws = permutation_draws(perms, {m: float(values[m].mean()) for m in values},
-                                  antithetic=estimator == "antithetic")
-        shapley = Measure("shapley", list(game.ids), per_question(perm_m, perm_w), draws=draws)
+        shapley = compositional("shapley", values)
+    tradeoff = None
+    if cost_lambda is not None:
+        tradeoff = compositional("tradeoff", {m: values[m] - cost_lambda * tokens[m] for m in plan})
+    found = None
+    if interactions is not None:
+        from crl_envs.valuation.interactions import game_interactions
+
+        found = game_interactions(game, index=interaction_index, order=interactions,
+                                  approximator=interaction_approximator, budget=interaction_budget, seed=seed,
+                                  ci_level=ci_level, bootstrap_resamples=bootstrap_resamples)
     ids = list(game.ids)
+    played = [m for m in plan if m]
+    costs = CoalitionCosts(game.protocol_name, ids, played, np.stack([values[m] for m in played]),
+                           [spends[m] for m in played])
     return ValuationReport(
         protocol=game.protocol_name, task=game.task.name, ids=ids, names=[game.pool.name_of(a) for a in ids],
         estimator=estimator, example_ids=list(game.example_ids),
@@ -225,6 +281,8 @@ def evaluate(
         system_evaluations=executed - individual_runs, individual_evaluations=individual_runs,
         coalitions=sum(1 for m in plan if m), cached_evaluations=needed - executed,
         samples=samples, seed=seed, budget=budget, ci_level=ci_level, bootstrap_resamples=bootstrap_resamples,
+        coalition_costs=costs, cost=compositional("cost", tokens), tradeoff=tradeoff, cost_lambda=cost_lambda,
+        interactions=found,
     )
 
 
@@ -233,5 +291,5 @@ __all__ = [
     "pooled_test", "PooledTest", "shapley_weights", "banzhaf_weights", "loo_weights", "permutation_weights",
     "sample_permutations", "exact_masks", "mask_of", "members_of", "default_cache_dir", "MAX_EXACT_PLAYERS",
     "individual_game", "permutation_draws", "Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor",
-    "play_coalitions",
+    "play_coalitions", "Front", "front_of", "Interactions", "game_interactions", "CoalitionCosts", "Spend",
 ]

@@ -1,5 +1,5 @@
 """One coalition's run: what it needs (:class:`CoalitionRun`), how it is played
-(:func:`coalition_scores`, the one way, in this process or on a worker), and the JSON helpers its cache
+(:func:`coalitions_outcomes`: scores and cost, the one way, in this process or on a worker), and the JSON helpers its cache
 uses. Imported by :mod:`~crl_envs.valuation.game` and :mod:`~crl_envs.valuation.executors`; it imports
 neither, so the arrows run one way (game -> executors -> coalition)."""
 
@@ -16,6 +16,7 @@ import numpy as np
 from agents import Agent, Pool, SamplingParams
 from crl_envs.runner import DEFAULT_SAMPLING, ProtocolFactory, RequestMemo, run_coalitions
 from crl_envs.tasks import Task
+from crl_envs.valuation.spend import Spend, spend_of
 from crl_kit.safe_io import atomic_write_json, read_json  # noqa: F401  (the caches' one reader and writer)
 
 
@@ -62,18 +63,19 @@ def coalitions_episodes(run: CoalitionRun, masks: list[int]) -> list[list]:
 
 def coalition_scores(run: CoalitionRun, mask: int) -> np.ndarray:
     """Play coalition ``mask``: per-question scores averaged over samples, in ``run.example_ids`` order."""
-    return coalitions_scores(run, [mask])[0]
+    return coalitions_outcomes(run, [mask])[0][0]
 
 
-def coalitions_scores(run: CoalitionRun, masks: list[int]) -> list[np.ndarray]:
-    """:func:`coalition_scores` of each mask, the coalitions played in lockstep."""
+def coalitions_outcomes(run: CoalitionRun, masks: list[int]) -> list[tuple[np.ndarray, Spend]]:
+    """Each mask's per-question scores and :class:`~crl_envs.valuation.spend.Spend` (what it cost as
+    deployed), the coalitions played in lockstep; both averaged over samples, in ``run.example_ids`` order."""
     index = {eid: k for k, eid in enumerate(run.example_ids)}
     out = []
     for episodes in coalitions_episodes(run, list(masks)):
         totals = np.zeros(len(run.example_ids))
         for ep in episodes:
             totals[index[ep.example_id]] += ep.score
-        out.append(totals / run.samples)
+        out.append((totals / run.samples, spend_of(episodes, run.example_ids, run.samples)))
     return out
 
 

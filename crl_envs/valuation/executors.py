@@ -6,7 +6,7 @@ An executor runs two kinds of work with the same machinery:
   (:func:`lockstep_groups`: all of them locally unless ``coalitions_per_task`` says fewer, up to
   :data:`MAX_LOCKSTEP_EPISODES` episodes at a time; ``coalitions_per_task`` per task on worker
   processes and Ray) with
-  :func:`crl_envs.valuation.coalition.coalitions_scores`, one batched call per agent per phase across
+  :func:`crl_envs.valuation.coalition.coalitions_outcomes`, one batched call per agent per phase across
   the group, each distinct request generated once (the process's request memo), and each coalition's
   scores handed back to the driver, which stores them in the game's on-disk cache (one atomic write per
   coalition). A coalition's scores do not depend on its group, so every executor gives the local
@@ -52,7 +52,8 @@ import cloudpickle  # a gymnasium dependency
 import numpy as np
 
 from agents import Agent, Pool
-from crl_envs.valuation.coalition import CoalitionRun, coalitions_scores
+from crl_envs.valuation.coalition import CoalitionRun, coalitions_outcomes
+from crl_envs.valuation.spend import Spend
 from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError, RunError
 from crl_kit.validation import check_int, did_you_mean
 
@@ -66,7 +67,7 @@ class CoalitionJob(Protocol):
     def run_spec(self) -> CoalitionRun: ...
 
 
-Done = Callable[[Any, int, np.ndarray], Any]
+Done = Callable[[Any, int, tuple[np.ndarray, Spend]], Any]
 #: The most episodes one lockstep group of coalitions plays at once (bounds memory and the work a
 #: killed local run loses).
 MAX_LOCKSTEP_EPISODES = 4096
@@ -91,7 +92,7 @@ def lockstep_groups(jobs: Sequence[tuple[CoalitionJob, int]], specs: Mapping[int
 
 
 class Executor(abc.ABC):
-    """Plays coalition runs and reports each result to ``done(game, mask, scores)`` as it arrives;
+    """Plays coalition runs and reports each result to ``done(game, mask, (scores, spend))`` as it arrives;
     runs any picklable ``fn(payload)`` with :meth:`map`."""
 
     #: coalitions played in lockstep by one task (None: as many as :data:`MAX_LOCKSTEP_EPISODES` allows)
@@ -119,16 +120,16 @@ class Executor(abc.ABC):
         group's masks); ``done`` per coalition as each group's scores arrive."""
         groups = lockstep_groups(jobs, specs, self.coalitions_per_task)
 
-        def finished(g: int, scores: list[np.ndarray]) -> None:
-            for j, s in zip(groups[g][1], scores):
+        def finished(g: int, outcomes: list[tuple[np.ndarray, Spend]]) -> None:
+            for j, s in zip(groups[g][1], outcomes):
                 done(jobs[j][0], jobs[j][1], s)
 
         self.map(fn, [(payloads[key], [jobs[j][1] for j in members]) for key, members in groups], finished, bar=bar)
 
 
-def _play_coalitions(payload: tuple[CoalitionRun, list[int]]) -> list[np.ndarray]:
+def _play_coalitions(payload: tuple[CoalitionRun, list[int]]) -> list[tuple[np.ndarray, Spend]]:
     run, masks = payload
-    return coalitions_scores(run, masks)
+    return coalitions_outcomes(run, masks)
 
 
 class LocalExecutor(Executor):
@@ -206,7 +207,7 @@ def _portable_run(run: CoalitionRun, put: Callable[[Any], Any], refs: dict[int, 
     return replace(run, pool=_ship(list(run.pool.values()), put, refs), options=_ship(run.options, put, refs))
 
 
-def _play_shipped(payload: tuple[CoalitionRun, list[int]]) -> list[np.ndarray]:
+def _play_shipped(payload: tuple[CoalitionRun, list[int]]) -> list[tuple[np.ndarray, Spend]]:
     """On a worker: rebuild the run's pool and options (reusing agents this process holds), play the masks."""
     portable, masks = payload
     if not isinstance(portable, CoalitionRun):  # a Ray object-store ref nested in the payload
@@ -214,7 +215,7 @@ def _play_shipped(payload: tuple[CoalitionRun, list[int]]) -> list[np.ndarray]:
 
         portable = ray.get(portable)
     run = replace(portable, pool=Pool(_resolve(portable.pool)), options=_resolve(portable.options))
-    return coalitions_scores(run, masks)
+    return coalitions_outcomes(run, masks)
 
 
 def _unpickled_call(blob: bytes) -> Any:

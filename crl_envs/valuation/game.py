@@ -7,15 +7,17 @@ the agent and the phase), so coalitions are compared question by question (a pai
 
 Coalitions are bitmasks over the pool's order: bit ``i`` set means ``model_i`` takes part.
 
-Cache layout (version 2): ``<cache_dir>/<protocol>/<coalition key>.json`` holds one coalition's
-per-question scores. A coalition's key hashes what actually plays it: its **members'** ids, names and
+Cache layout (version 3): ``<cache_dir>/<protocol>/<coalition key>.json`` holds one coalition's
+per-question scores and what it cost as deployed (:class:`~crl_envs.valuation.spend.Spend`: calls,
+prompt and generated tokens, seconds; version 2 kept no cost, so its files are ignored and the
+coalitions played again). A coalition's key hashes what actually plays it: its **members'** ids, names and
 fingerprints (an ``HFAgent``'s changes with its weights), the protocol and its options, role agents
 (e.g. a judge), whatever the protocol derives from the rest of the pool for these members
 (:meth:`crl_envs.protocols.base.ProtocolEnv.coalition_context`, e.g. a ring topology's closing edge),
 the task's fingerprint and examples (ids, questions, answers and metadata: a code task's tests and
 setup code, so the content of a ``path=`` file, not its name), the members' sampling settings,
 samples and seed. A file is validated when read (its key, its questions, one finite score in [0, 1]
-per question); one that fails is played again, with a warning naming it. So a coalition
+per question, and a cost record); one that fails is played again, with a warning naming it. So a coalition
 is the same game in every pool that holds it: adding a model to a pool of ``n`` plays only the ``2^n``
 coalitions that contain it, and two pools that share members share their common coalitions. (Version 1
 keyed every coalition by the whole pool; its files are ignored and may be deleted.) Each file is
@@ -53,16 +55,16 @@ from crl_envs.valuation.coalition import (
     atomic_write_json,
     canonical,
     canonical_sampling,
-    coalition_scores,
     digest,
     members_of,
     read_json,
 )
 from crl_envs.valuation.cost import calls_per_episode, distinct_calls
 from crl_envs.valuation.executors import Executor, resolve_executor
+from crl_envs.valuation.spend import Spend
 from crl_kit.errors import ConfigError
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 #: The protocol whose one-member coalition is "the model alone, answering the task once".
 INDIVIDUAL_PROTOCOL = "vote"
 INDIVIDUAL_PROTOCOL_NAME = "vote_v0"
@@ -141,6 +143,7 @@ class CoalitionGame:
         self.example_ids: list[str] = [e.id for e in self.task.examples]
         self.evaluations = 0
         self._memory: dict[int, np.ndarray] = {}
+        self._spend: dict[int, Spend] = {}
         self._probe = probe
         self._keys: dict[int, str] = {}
         self._costs: dict[int, float] = {}
@@ -212,6 +215,15 @@ class CoalitionGame:
         play_coalitions([(self, masks)])
         return {m: self._lookup(m) if m else np.full(len(self.example_ids), self.empty_value) for m in masks}
 
+    def spends(self, masks: Iterable[int]) -> dict[int, Spend]:
+        """What each coalition cost per question as deployed (played and cached like its values); the
+        empty coalition costs nothing."""
+        masks = self._check_masks(masks)
+        play_coalitions([(self, masks)])
+        for m in masks:
+            self._lookup(m)
+        return {m: self._spend[m] if m else Spend.zero(len(self.example_ids)) for m in masks}
+
     def missing(self, masks: Iterable[int]) -> list[int]:
         """The non-empty coalitions among ``masks`` whose result is not known yet (to be played)."""
         return [m for m in self._check_masks(masks) if m and self._lookup(m) is None]
@@ -235,37 +247,40 @@ class CoalitionGame:
         path = self._path(mask)
         if path is None or not path.exists():
             return None
-        scores, problem = self._read(path, mask)
+        scores, spend, problem = self._read(path, mask)
         if problem:  # tampered with or damaged: never reported, played again (and the file rewritten)
             warnings.warn(f"coalition cache file {path}: {problem}; ignoring it, the coalition is played again",
                           RuntimeWarning, stacklevel=2)
             return None
-        self._memory[mask] = scores
+        self._memory[mask], self._spend[mask] = scores, spend
         return scores
 
-    def _read(self, path: Path, mask: int) -> tuple[np.ndarray | None, str]:
-        """A cache file's scores, validated (this coalition's key and questions, one finite score in
-        [0, 1] per question), or ``(None, what is wrong)``."""
+    def _read(self, path: Path, mask: int) -> tuple[np.ndarray | None, Spend | None, str]:
+        """A cache file's scores and cost, validated (this coalition's key and questions, one finite
+        score in [0, 1] per question, a :class:`Spend` record), or ``(None, None, what is wrong)``."""
         try:
             record = read_json(path)  # a regular file only: a FIFO planted here must not hang us
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            return None, f"unreadable ({type(e).__name__})"
+            return None, None, f"unreadable ({type(e).__name__})"
         if not isinstance(record, dict):
-            return None, f"holds a {type(record).__name__}, not a coalition record"
+            return None, None, f"holds a {type(record).__name__}, not a coalition record"
         if record.get("key") != self.coalition_key(mask):
-            return None, "its key is not this coalition's"
+            return None, None, "its key is not this coalition's"
         if record.get("example_ids") != self.example_ids:
-            return None, "its questions are not this game's"
+            return None, None, "its questions are not this game's"
         raw = record.get("scores")
         if not isinstance(raw, list) or len(raw) != len(self.example_ids):
-            return None, (f"{len(raw) if isinstance(raw, list) else 'no'} scores for "
-                          f"{len(self.example_ids)} questions")
+            return None, None, (f"{len(raw) if isinstance(raw, list) else 'no'} scores for "
+                                f"{len(self.example_ids)} questions")
         if not all(type(x) in (int, float) for x in raw):
-            return None, "a score is not a number"
+            return None, None, "a score is not a number"
         scores = np.asarray(raw, dtype=float)
         if not (np.isfinite(scores).all() and (scores >= 0).all() and (scores <= 1).all()):
-            return None, f"a score outside [0, 1] or not finite ({next(x for x in raw if not 0 <= x <= 1)})"
-        return scores, ""
+            return None, None, f"a score outside [0, 1] or not finite ({next(x for x in raw if not 0 <= x <= 1)})"
+        spend, problem = Spend.from_dict(record.get("spend"), len(self.example_ids))
+        if problem:
+            return None, None, problem
+        return scores, spend, ""
 
     def _check_masks(self, masks: Iterable[int]) -> list[int]:
         masks = list(dict.fromkeys(int(m) for m in masks))
@@ -280,16 +295,14 @@ class CoalitionGame:
         return CoalitionRun(self.factory, self.pool, self.task, self.samples, self.seed, self.sampling,
                             self.options, list(self.example_ids), memo=self.memo)
 
-    def _play(self, mask: int) -> np.ndarray:
-        return coalition_scores(self.run_spec(), mask)
-
-    def store(self, mask: int, scores: np.ndarray) -> None:
-        """Record a coalition's executed run: in memory, and on disk in one atomic write (a reader sees
-        no file or the whole file). Only the process that owns the game (the driver) writes."""
+    def store(self, mask: int, scores: np.ndarray, spend: Spend) -> None:
+        """Record a coalition's executed run (its scores and what it cost): in memory, and on disk in one
+        atomic write (a reader sees no file or the whole file). Only the process that owns the game (the
+        driver) writes."""
         scores = np.asarray(scores, dtype=float)
         if scores.shape != (len(self.example_ids),):
             raise ConfigError(f"coalition {mask}: {scores.shape} scores for {len(self.example_ids)} questions")
-        self._memory[mask] = scores
+        self._memory[mask], self._spend[mask] = scores, spend
         self.evaluations += 1
         path = self._path(mask)
         if path is not None:
@@ -298,6 +311,7 @@ class CoalitionGame:
                 "coalition": [self.ids[i] for i in members_of(mask, self.n)],
                 "describe": self.describe_coalition(mask), "protocol": self.protocol_name,
                 "empty_value": self.empty_value, "example_ids": self.example_ids, "scores": scores.tolist(),
+                "spend": spend.to_dict(),
             })
 
     def __repr__(self) -> str:
@@ -316,7 +330,7 @@ def play_coalitions(jobs: Sequence[tuple[CoalitionGame, Iterable[int]]]) -> list
     game0 = todo[0][0]
     bar = _RunBar(todo, disable=not game0.progress)
     try:
-        game0.executor.run(todo, lambda game, mask, scores: (game.store(mask, scores), bar.finished(game, mask)),
+        game0.executor.run(todo, lambda game, mask, outcome: (game.store(mask, *outcome), bar.finished(game, mask)),
                            bar=bar)
     finally:
         bar.close()

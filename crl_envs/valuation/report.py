@@ -34,6 +34,10 @@ from crl_envs.stats import (  # noqa: F401
     permutation_null,
     spearman_rho,
 )
+from crl_envs.valuation.fronts import Front, front_of
+from crl_envs.valuation.interactions import Interactions
+from crl_envs.valuation.spend import CoalitionCosts, ratio_cis
+from crl_kit.errors import ConfigError
 
 COMPOSITIONAL = ("loo", "shapley", "banzhaf")
 MEASURES = ("individual", *COMPOSITIONAL)
@@ -92,6 +96,12 @@ class ValuationReport:
             ``cached_evaluations`` the distinct runs it needed that came from the cache instead.
         correlation: ``measure -> {"kendall": Correlation, "spearman": Correlation}`` between
             individual strength and each compositional measure.
+        coalition_costs: every coalition's per-question value and cost as deployed
+            (:class:`~crl_envs.valuation.spend.CoalitionCosts`; fronts: :meth:`front`).
+        cost: the cost game ``c(S)`` (1k tokens per question) valued by the estimator (Shapley, or LOO):
+            who costs what; :meth:`value_per_1k` divides the compositional value by it.
+        tradeoff, cost_lambda: the game ``v(S) - cost_lambda * c(S)`` valued by the estimator (when asked).
+        interactions: :class:`~crl_envs.valuation.interactions.Interactions` (when asked).
     """
 
     protocol: str
@@ -116,11 +126,17 @@ class ValuationReport:
     ci_level: float = 0.95
     bootstrap_resamples: int = 2000
     correlation: dict[str, dict[str, Correlation]] = field(default_factory=dict)
+    coalition_costs: CoalitionCosts | None = None
+    cost: Measure | None = None
+    tradeoff: Measure | None = None
+    cost_lambda: float | None = None
+    interactions: Interactions | None = None
 
     def __post_init__(self) -> None:
         self.system = np.asarray(self.system, float)
         self._fill_cis()
         self._fill_correlations()
+        self._fill_cost_cis()
 
     # ------------------------------------------------------------------ derived
     @property
@@ -143,6 +159,64 @@ class ValuationReport:
                             level=self.ci_level, seed=self.seed, draws={k: m.draws for k, m in measures.items()})
         for k, m in measures.items():
             m.ci = {a: (float(lo), float(hi)) for a, (lo, hi) in zip(m.ids, cis[k])}
+
+    @property
+    def cost_measures(self) -> dict[str, Measure]:
+        """The cost game's and the trade-off game's measures, where computed."""
+        return {k: m for k in ("cost", "tradeoff") if (m := getattr(self, k)) is not None}
+
+    def _fill_cost_cis(self) -> None:
+        """CIs of the cost-aware measures: the same question resamples as the other measures' (same
+        seed), filled in a separate call so that those stay exactly as without costs."""
+        measures = self.cost_measures
+        if not measures:
+            return
+        cis = bootstrap_cis({k: m.per_question for k, m in measures.items()}, resamples=self.bootstrap_resamples,
+                            level=self.ci_level, seed=self.seed, draws={k: m.draws for k, m in measures.items()})
+        for k, m in measures.items():
+            m.ci = {a: (float(lo), float(hi)) for a, (lo, hi) in zip(m.ids, cis[k])}
+
+    def value_per_1k(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ratio, (models, 2) CIs)``: each model's compositional value (Shapley, else LOO) per 1k
+        tokens of its cost value, a ratio of means with a paired question-bootstrap CI (NaN where the
+        cost value is 0)."""
+        if self.cost is None:
+            raise ConfigError("this report carries no costs (written before costs were kept): value the pool again")
+        return ratio_cis(self.compositional.per_question, self.cost.per_question,
+                         resamples=self.bootstrap_resamples, level=self.ci_level, seed=self.seed)
+
+    def front(self, costs: tuple[str, ...] = ("tokens", "seconds")) -> Front:
+        """The cost-quality :class:`~crl_envs.valuation.fronts.Front` over this report's coalitions."""
+        if self.coalition_costs is None:
+            raise ConfigError("this report carries no costs (written before costs were kept): value the pool again")
+        return front_of([self.coalition_costs], names=dict(zip(self.ids, self.names)), costs=costs,
+                        ci_level=self.ci_level, bootstrap_resamples=self.bootstrap_resamples, seed=self.seed)
+
+    def cost_table(self) -> str:
+        """Cost per coalition and the cost-aware values, as ``crl-envs value --costs`` prints them."""
+        if self.coalition_costs is None or self.cost is None:
+            raise ConfigError("this report carries no costs (written before costs were kept): value the pool again")
+        pct = round(self.ci_level * 100)
+        out = [self.coalition_costs.summary(self.names), ""]
+        label = LABELS.get(self.compositional.name, self.compositional.name)
+        ratio, rci = self.value_per_1k()
+        headers = ["agent", "model", f"cost {label} (1k tok) [{pct}% CI]", f"{label} per 1k tok [{pct}% CI]"]
+        if self.tradeoff is not None:
+            headers.append(f"{label} of v - {self.cost_lambda:g}*c [{pct}% CI]")
+        rows = []
+        for i, a in enumerate(self.ids):
+            lo, hi = self.cost.ci[a]
+            row = [a, self.names[i], f"{self.cost[a]:.3f} [{lo:.3f}, {hi:.3f}]",
+                   f"{_fmt(float(ratio[i]))} [{_fmt(float(rci[i, 0]))}, {_fmt(float(rci[i, 1]))}]"]
+            if self.tradeoff is not None:
+                lo, hi = self.tradeoff.ci[a]
+                row.append(f"{self.tradeoff[a]:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+            rows.append(row)
+        widths = [max(len(h), *(len(r[c]) for r in rows)) for c, h in enumerate(headers)]
+        line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+        out += ["cost-aware values (cost game c(S) = 1k tokens per question as deployed):", line(headers),
+                line(["-" * w for w in widths]), *(line(r) for r in rows)]
+        return "\n".join(out)
 
     def _fill_correlations(self) -> None:
         x = self.individual.means
@@ -175,7 +249,29 @@ class ValuationReport:
                         "min_p_value": c.min_p_value} for s, c in d.items()}
                 for k, d in self.correlation.items()
             },
+            **self._cost_dict(),
         }
+
+    def _cost_dict(self) -> dict[str, Any]:
+        """The costs, cost-aware measures and interactions, where the report carries them."""
+        out: dict[str, Any] = {}
+        if self.coalition_costs is not None:
+            out["coalition_costs"] = self.coalition_costs.to_dict()
+        measures = self.cost_measures
+        if measures:
+            out["cost_measures"] = {
+                k: {"mean": {a: m[a] for a in m.ids}, "ci": {a: list(m.ci[a]) for a in m.ids},
+                    "per_question": m.per_question.tolist(),
+                    **({} if m.draws is None else {"draws": m.draws.tolist()})}
+                for k, m in measures.items()}
+            out["cost_lambda"] = self.cost_lambda
+        if self.cost is not None:
+            ratio, cis = self.value_per_1k()
+            out["value_per_1k"] = {a: {"mean": _nan_none(float(ratio[i])),
+                                       "ci": [_nan_none(float(x)) for x in cis[i]]} for i, a in enumerate(self.ids)}
+        if self.interactions is not None:
+            out["interactions"] = self.interactions.to_dict()
+        return out
 
     def to_json(self, path: str | os.PathLike) -> Path:
         """Write the report (with the per-question tables, so :meth:`from_json` restores it)."""
@@ -194,17 +290,23 @@ class ValuationReport:
         """The report :meth:`to_dict` described (CIs and correlations recomputed from the tables)."""
         ids = d["ids"]
 
-        def measure(k: str) -> Measure | None:
-            m = d["measures"].get(k)
+        def measure(k: str, table: Mapping[str, Any] = d["measures"]) -> Measure | None:
+            m = table.get(k)
             if m is None:
                 return None
             draws = None if m.get("draws") is None else np.asarray(m["draws"], float)
             return Measure(k, ids, np.asarray(m["per_question"], float), draws=draws)
 
+        def cost_measure(k: str) -> Measure | None:
+            return measure(k, d.get("cost_measures", {}))
+
         return cls(
             protocol=d["protocol"], task=d["task"], ids=ids, names=d["names"], estimator=d["estimator"],
             example_ids=d["example_ids"], individual=measure("individual"), loo=measure("loo"),
             shapley=measure("shapley"), banzhaf=measure("banzhaf"), system=np.asarray(d["system"]),
+            coalition_costs=None if d.get("coalition_costs") is None else CoalitionCosts.from_dict(d["coalition_costs"]),
+            cost=cost_measure("cost"), tradeoff=cost_measure("tradeoff"), cost_lambda=d.get("cost_lambda"),
+            interactions=None if d.get("interactions") is None else Interactions.from_dict(d["interactions"]),
             empty_value=d["empty_value"], system_evaluations=d["system_evaluations"],
             individual_evaluations=d.get("individual_evaluations", 0), coalitions=d["coalitions"],
             cached_evaluations=d.get("cached_evaluations", 0),
