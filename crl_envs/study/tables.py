@@ -98,9 +98,9 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
                   "|---|---|---|---|---|---|"]
         for b, c in s["crl_vs"].items():
             a, r = c["across"], c["ratio"]
-            ratio = f"undefined: {r['undefined']}" if r["value"] is None else \
-                f"{r['value']:.2f}x " + (f"(no CI: {r['undefined']})" if r["ci"] is None else
-                                        f"{pct}% CI [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]")
+            ratio = f"{r['value']:.2f}x {pct}% CI [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if r["value"] is not None \
+                else f"difference {_pts(r['difference']['value'])} points {_ci_pts(r['difference']['ci'])} " \
+                     f"(no ratio: {r['undefined']})"
             lines.append(f"| {b} | {c['wins']} / {c['ties']} / {c['losses']} of {c['settings']} | "
                          f"{c['significant_wins']} / {c['significant_losses']} ({c['tested']} tested) | "
                          f"{c['identical_outcomes']} | {_pts(a['statistic'])} points over {a['n']}, "
