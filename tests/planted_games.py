@@ -109,11 +109,11 @@ def study_tables(table: np.ndarray, digits: np.ndarray) -> tuple[np.ndarray, np.
     return singles, shapley_weights(n) @ values
 
 
-def true_strengths(table: np.ndarray, accuracy: np.ndarray, *, draws: int = 200_000, seed: int = 99
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def true_strengths(table: np.ndarray, accuracy: np.ndarray, *, weights: np.ndarray | None = None,
+                   draws: int = 200_000, seed: int = 99) -> tuple[np.ndarray, np.ndarray]:
     """The population individual accuracy and Shapley value per model (Monte Carlo over ``draws``
-    questions, accuracy rows drawn with replacement)."""
+    questions, accuracy rows drawn with probabilities ``weights``, default equal)."""
     rng = np.random.default_rng(seed)
-    acc = accuracy[rng.integers(0, len(accuracy), draws)]
+    acc = accuracy[rng.choice(len(accuracy), draws, p=weights)]
     ind, sh = study_tables(table, draw_profiles(rng, acc))
     return ind.mean(axis=1), sh.mean(axis=1)
