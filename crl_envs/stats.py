@@ -632,9 +632,10 @@ def paired_bootstrap_ci(before: Sequence[float], after: Sequence[float], *, n_bo
 def verdict(tau: float | None, p_value: float | None, min_p: float, ci: Sequence[float] | None, *,
             alpha: float = 0.05, delta: float = DEFAULT_DELTA, questions: Sequence[int] | None = None,
             heterogeneous: bool = False) -> str:
-    """One of :data:`VERDICTS` for an observed tau (see the module docstring): ``untestable`` when
-    ``min_p > alpha`` or a cross-fit half has fewer than :data:`MIN_QUESTIONS_PER_HALF` ``questions``;
-    ``heterogeneous`` when pooled settings disagree (:func:`heterogeneity`); ``coupled`` when ``p <= alpha``
+    """One of :data:`VERDICTS` for an observed tau (see the module docstring): ``untestable`` when tau is
+    undefined or a cross-fit half has fewer than :data:`MIN_QUESTIONS_PER_HALF` ``questions``;
+    ``heterogeneous`` when pooled settings disagree (:func:`heterogeneity`); ``untestable`` when
+    ``min_p > alpha``; ``coupled`` when ``p <= alpha``
     and ``tau > 0``; ``decoupled`` when the ``1 - 2 alpha`` CI of tau lies strictly inside ``(-delta, delta)``
     and has a width (a zero-width interval is no evidence of precision); else ``inconclusive``.
 
@@ -643,12 +644,14 @@ def verdict(tau: float | None, p_value: float | None, min_p: float, ci: Sequence
     """
     if not 0 < alpha < 1 or not 0 < delta < 1:
         raise ConfigError(f"verdict needs alpha and delta in (0, 1), got alpha={alpha!r}, delta={delta!r}")
-    if min_p > alpha or tau is None or p_value is None or math.isnan(tau):
+    if tau is None or p_value is None or math.isnan(tau):
         return "untestable"
     if questions is not None and min(questions) < MIN_QUESTIONS_PER_HALF:
         return "untestable"
-    if heterogeneous:
+    if heterogeneous:  # settings that disagree say so, whatever the pooled test's floor
         return "heterogeneous"
+    if min_p > alpha:
+        return "untestable"
     if p_value <= alpha and tau > 0:
         return "coupled"
     if ci is not None and -delta < ci[0] and ci[1] < delta and ci[1] - ci[0] > _EPS:

@@ -20,7 +20,8 @@ def _ci(ci: Any) -> str:
 
 
 def _counts(c: Mapping[str, int]) -> str:
-    return ", ".join(f"{c.get(v, 0)} {v}" for v in ("coupled", "decoupled", "inconclusive", "untestable"))
+    return ", ".join(f"{c.get(v, 0)} {v}" for v in ("coupled", "decoupled", "heterogeneous", "inconclusive", "untestable")
+                     if v != "heterogeneous" or c.get(v))
 
 
 def valuation_markdown(tables: Mapping[str, Any]) -> str:
