@@ -68,7 +68,7 @@ def test_study_cheapest_cells(tmp_path):
     (old,) = [s for s in committed["valuation"]["settings"]
               if (s["pool"], s["protocol"], s["task"], s["seed"]) == (*labels.values(), cell.spec["seed"])]
     for key in ("individual", "loo", "shapley", "kendall_tau", "p_value", "min_p_value", "tau_ci", "verdict",
-                "measures", "system"):
+                "crossfit_questions", "nan_resamples", "measures", "system"):
         assert fresh[key] == old[key], key
 
     train = _cheapest(planned, committed, "training")
@@ -104,14 +104,15 @@ def test_study_verdicts_follow_from_the_committed_numbers():
         assert s["verdict"] in stats.VERDICTS and s["min_p_value"] >= stats.min_p_value(s["n"]) - 1e-15
         ci = None if s["tau_ci"] is None else tuple(s["tau_ci"])
         assert s["verdict"] == stats.verdict(s["kendall_tau"], s["p_value"], s["min_p_value"], ci, alpha=alpha,
-                                             delta=delta)
-        if s["min_p_value"] > alpha:
+                                             delta=delta, questions=s["crossfit_questions"])
+        if s["min_p_value"] > alpha or min(s["crossfit_questions"]) < stats.MIN_QUESTIONS_PER_HALF:
             assert s["verdict"] == "untestable"
     assert v["summary"]["counts"] == {k: Counter(s["verdict"] for s in v["settings"])[k] for k in stats.VERDICTS}
     assert "uncorrelated" not in v["summary"]
     for c in v["summary"]["pool_families"]:
         ci = None if c["tau_ci"] is None else tuple(c["tau_ci"])
         assert c["verdict"] == stats.verdict(c["kendall_tau"], c["p_value"], c["min_p_value"], ci, alpha=alpha,
-                                             delta=delta)
+                                             delta=delta,
+                                             heterogeneous=c.get("heterogeneity", {}).get("heterogeneous", False))
     md = (DOCS / "study.md").read_text()
     assert "does not predict" not in md and "What this design can and cannot show" in md

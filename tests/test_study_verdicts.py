@@ -231,7 +231,7 @@ def test_tables_per_setting_and_per_pool_family_recomputed():
             yq = {"shapley": np.asarray(rep["shapley"]["per_question"]), "loo": np.asarray(rep["loo"]["per_question"]),
                   "shapley_minus_singleton": np.asarray(rep["shapley"]["per_question"]) - per_q / len(x)}[m]
             ref = sps.kendalltau(per_q[:, a].mean(1), yq[:, b].mean(1))
-            assert got["kendall_tau"] == pytest.approx(ref.statistic) and got["questions"] == [len(a), len(b)]
+            assert got["kendall_tau"] == pytest.approx(ref.statistic) and got["crossfit_questions"] == [len(a), len(b)]
             lo, hi = got["tau_ci"]
             assert lo <= hi
         assert s["min_p_value"] == pytest.approx(2 / math.factorial(len(x)))

@@ -156,7 +156,7 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
                               resamples=resamples, seed=seed)
             tests[m] = {**_judge(cf["kendall_tau"], cf["p_value"], cf["min_p_value"], cf["tau_ci"], alpha, delta,
                                  questions=cf["questions"]),
-                        "questions": cf["questions"], "nan_resamples": cf["nan_resamples"]}
+                        "crossfit_questions": cf["questions"], "nan_resamples": cf["nan_resamples"]}
             same = correlation(x, table.mean(axis=1))
             same_ci = percentile_ci(tau_bootstrap(report.individual.per_question, table, resamples=resamples,
                                                   seed=seed), level)
