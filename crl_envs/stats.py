@@ -5,36 +5,51 @@ permutation p-values; the smallest p-value a design can ever give (:func:`min_p_
 two-sided with ``n`` models and no ties, larger with ties); the pooled permutation test with one
 permutation of model labels per group (:func:`grouped_permutation_test`: the settings of one pool
 share its models, so they are permuted together); percentile bootstrap CIs over questions
-(:func:`bootstrap_cis`, :func:`paired_bootstrap_ci`, :func:`tau_bootstrap`); the design's power
+(:func:`bootstrap_cis`, :func:`paired_bootstrap_ci`, :func:`tau_bootstrap`); the cross-fit tau and its
+BCa interval (:func:`crossfit_tau`, :func:`bca_interval`); the heterogeneity of pooled settings
+(:func:`heterogeneity`); the design's power
 (:func:`power_at_tau`); and the valuation verdicts (:func:`verdict`).
 
-Valuation verdicts, per setting (or per group of settings, e.g. a pool x method family):
+Valuation verdicts, per setting (or per group of settings, e.g. a pool x method family), from the
+**cross-fit** tau (:func:`crossfit_tau`: individual strength on one half of the questions, compositional
+strength on the other, halves fixed by a hash of each question id; on the same questions a model's lucky
+questions raise both, and copies of one model read as coupled):
 
-- ``untestable`` — the smallest attainable two-sided p exceeds ``alpha``: whatever the data, the exact
-  test cannot reject (3 models: 1/3, 4 models: 1/12); such a setting is evidence of nothing;
+- ``untestable`` — tau undefined, a half with fewer than :data:`MIN_QUESTIONS_PER_HALF` questions, or the
+  smallest attainable two-sided p exceeds ``alpha`` (3 models: 1/3, 4 models: 1/12): evidence of nothing;
+- ``heterogeneous`` — pooled settings disagree (:func:`heterogeneity`: Cochran's Q at ``alpha``, or taus
+  beyond the margin on both sides): no pooled verdict;
 - ``coupled`` — the exact permutation test rejects at ``alpha`` with a positive tau;
-- ``decoupled`` — the ``1 - 2 alpha`` bootstrap CI of tau lies inside ``(-delta, +delta)`` (two one-sided
-  tests at ``alpha``: an equivalence verdict, not "p >= alpha");
+- ``decoupled`` — the ``1 - 2 alpha`` BCa CI of tau lies inside ``(-delta, +delta)`` and has a width (two
+  one-sided tests at ``alpha``: an equivalence verdict, not "p >= alpha");
 - ``inconclusive`` — anything else (a significant *negative* tau included; the setting says so).
 
-Validated against planted truth (``tests/test_study_verdicts.py``: synthetic pools whose per-question
-correctness is drawn from chosen individual and compositional rates, run through
-:func:`crl_envs.study.stats.valuation_tables`, one study per pool; alpha = 0.05, delta = 0.3, no LM;
-measured 2026-12-03 on the suite's seeds):
+Validated on planted truth played through the real protocols (``tests/test_valuation_crossfit.py``,
+6 scripted models, shared questions and shared wrong answers, vote / cascade / judge / routing; alpha =
+0.05, delta = 0.3; 200 studies per claim, measured 2026-12-06 on the suite's seeds):
 
-- ``decoupled`` when tau is truly ``>= delta`` (8 models, noise-free tau 0.357 or 0.429, 100-400
-  questions): 0 of 200 studies (false rate 0.00 <= alpha; all 200 were ``inconclusive``);
-- ``decoupled`` when tau is truly 0 (8 models, 1000 questions): 20 of 20;
-- ``coupled`` at population tau = 0.5 (Gaussian copula, 8 models, 400 questions): 56 of 200 (0.28)
-  against a simulated noise-free power of 0.34 (:func:`power_at_tau`; question noise blurs the ranking);
-- the pooled test under the null (4 pools x 3 protocols, one individual vector per pool, compositional
-  values sharing a model effect across a pool's protocols): one permutation per pool rejects in 13 of
-  200 (0.065, within Monte Carlo error of alpha: the test is exact under exchangeable labels);
-  permuting each setting on its own (the former stratified test) rejects in 44 of 200 (0.22).
+- exchangeable models (accuracy 0.7, 100 questions): cross-fit ``coupled`` 0.015 (vote), 0.015 (cascade),
+  0.020 (judge), 0.015 (routing); the same-question tau: 0.56, 0.43, 0.68, 0.66;
+- a graded pool (accuracies 0.45 .. 0.95, 200 questions): ``coupled`` 0.955 in vote and cascade against
+  0.936 and 0.924 predicted by a separate 1,000-study simulation;
+- a planted decoupling (routing; true tau 1/15, 1,000 questions): ``decoupled`` 0.58, ``coupled`` 0;
+- the 90% BCa interval covers the true tau in 0.98 (planted decoupling) and 0.95 (graded, true tau 1) of
+  studies;
+- the pooled test (4 protocols x 2 exchangeable pools, one permutation of labels per pool) holds alpha.
+
+Synthetic tables (``tests/test_study_verdicts.py``, run through :func:`crl_envs.study.stats.valuation_tables`):
+``decoupled`` when tau is truly ``>= delta`` at most alpha of the time; copies of one model played
+through vote coupled at most alpha + 3 SE by the cross-fit verdict and far more often by the
+same-question tau; the pooled test under the null with shared individual vectors holds alpha, the
+stratified test does not.
+
+Rank statistics treat values within a relative ``1e-9`` of each other as ties (:func:`snap_ties`), so
+Shapley values equal in theory give the same tau, p and verdict on any CPU.
 
 Training verdicts (the section at the end): an exact sign-flip permutation test of paired differences,
 a paired t-test over seeds, the bootstrap over seeds then questions that gives a training Δ its CI, and
-a ratio of two means with a bootstrap CI that says why it is undefined when it is.
+a ratio of two means with a bootstrap CI only when the denominator's CI lies above 0 (else the difference
+with its CI, and why).
 """
 
 from __future__ import annotations

@@ -5,17 +5,21 @@ Valuation (one setting = pool x protocol x task x seed):
 
 - per setting: individual, LOO and Shapley per model with CIs; for each of Shapley, LOO and Shapley
   minus its singleton term (``Shapley_i - individual_i / n``: what is left of Shapley once the model's
-  own accuracy, counted as ``v({i})``, is taken out), Kendall's tau-b against individual strength with
-  its exact permutation p, the smallest p these models could give (``min_p_value``, ties counted), a
-  ``1 - 2 alpha`` percentile CI from resampling questions (the same question resamples for every
-  measure and every setting on the same questions; the models stay fixed, so the CI is the questions'
-  sampling error, not the models'), and a ``verdict`` (:func:`crl_envs.stats.verdict`: ``coupled``,
-  ``decoupled``, ``untestable`` or ``inconclusive``). The setting's headline measure is Shapley where
-  computed, else LOO;
-- per (pool, family), per family and over all: the settings together: mean tau-b, a permutation test of
-  the sum of taus with **one permutation of model labels per pool** (the settings of a pool share its
-  models and individual vector; :func:`crl_envs.stats.grouped_permutation_test`), its smallest attainable
-  p, the CI of the mean tau (the settings' question resamples averaged) and a verdict by the same rule;
+  own accuracy, counted as ``v({i})``, is taken out), the **cross-fit** Kendall tau-b
+  (:func:`crl_envs.stats.crossfit_tau`: individual strength on one half of the questions, compositional
+  on the other, halves fixed by question id) with its exact permutation p, the smallest p these models
+  could give (``min_p_value``, ties counted), a ``1 - 2 alpha`` BCa interval from resampling questions
+  within each half (``nan_resamples`` counts the resamples where tau is undefined; no interval for an
+  undefined tau), the halves' sizes (``crossfit_questions``) and a ``verdict``
+  (:func:`crl_envs.stats.verdict`). Beside it, ``same_questions``: the tau on the same questions (the
+  paper's way of measuring, with its percentile CI; never the verdict). The setting's headline measure is
+  Shapley where computed, else LOO;
+- per (pool, family), per family and over all: the settings together: mean cross-fit tau-b, a permutation
+  test of the sum of taus with **one permutation of model labels per pool**
+  (:func:`crl_envs.stats.grouped_permutation_test`; exact because a question is on the same side in every
+  setting), its smallest attainable p, a BC interval of the mean tau, the settings' ``heterogeneity``
+  (:func:`crl_envs.stats.heterogeneity`) and a verdict by the same rule (``heterogeneous`` when they
+  disagree), and the mean same-question tau beside it;
 - counts of each verdict (settings with a design that cannot reject are ``untestable``, never counted
   as uncorrelated);
 - LOO vs Shapley: their rank agreement (tau-b, exact p) and LOO's error against exact Shapley;

@@ -37,7 +37,12 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
     lines.append("Mean tau-b of individual strength against: " + ", ".join(
         f"{label} {_f(m.get(k), '+.2f')}" for k, label in (("shapley", "Shapley"), ("loo", "LOO"),
                                                            ("shapley_minus_singleton", "Shapley - individual/n"))
-        if k in m) + " (Shapley contains each model's own term v({i})/n; the third column takes it out).")
+        if k in m) + " (cross-fit: individual strength on one half of the questions, compositional on the other; "
+        "Shapley contains each model's own term v({i})/n; the third column takes it out).")
+    same = (s.get("same_questions") or {}).get("mean_kendall_tau")
+    if same is not None:
+        lines.append(f"On the same questions (the paper's way of measuring, not a verdict: shared question noise "
+                     f"raises both measures) the mean tau-b against Shapley is {same:+.2f}.")
     al = s.get("all", {}).get("pooled")
     if al:
         lines.append(f"Pooled over all settings (one permutation of model labels per pool, {al['pools']} pool(s)): "
@@ -60,7 +65,7 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
                       f"LOO's mean absolute error {a['mean_abs_error']:.3f} (largest {a['max_abs_error']:.3f})."]
     lines += ["", f"| pool | protocol (family) | task | n | v(N) | model: individual / LOO / Shapley | "
                   f"tau-b Shapley [{pct} CI] | tau-b LOO | tau-b Shapley - ind./n | p (min p) | power at tau 0.5 | "
-                  f"verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  f"verdict | same-question tau-b Shapley (paper) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for st in tables["settings"]:
         models = "; ".join(f"{m} {st['individual'][m]:.2f} / {st['loo'][m]:+.3f} / "
                            f"{'n/a' if st['shapley'] is None else format(st['shapley'][m], '+.3f')}"
@@ -72,7 +77,8 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
                 _f(ms["shapley_minus_singleton"]["kendall_tau"], "+.2f") if "shapley_minus_singleton" in ms else "n/a")
         lines.append(f"| {st['pool']} | {st['protocol']} ({st['family']}) | {st['task']} | {st['n']} | "
                      f"{st['system']:.3f} | {models} | {' | '.join(taus)} | {_f(st['p_value'], '.3g')} "
-                     f"({st['min_p_value']:.3g}) | {st['power']['value']:.2f} | {st['verdict']} |")
+                     f"({st['min_p_value']:.3g}) | {st['power']['value']:.2f} | {st['verdict']} | "
+                     f"{_f(st['measures'][st['compositional']]['same_questions']['kendall_tau'], '+.2f')} |")
     return "\n".join(lines)
 
 
