@@ -212,3 +212,27 @@ def test_a_ratio_whose_denominator_may_be_zero_gives_the_difference():
     assert lo == pytest.approx(np.quantile(num - den, 0.025)) and hi == pytest.approx(np.quantile(num - den, 0.975))
     ok = stats.ratio_ci(0.10, 0.05, num, rng.normal(0.05, 0.005, 4000))
     assert ok["value"] == pytest.approx(2.0) and ok["ci"][0] < 2.0 < ok["ci"][1]
+
+
+def test_pooled_test_cross_fits_by_default_and_skips_reports_too_small_to_split():
+    from crl_envs.valuation import pooled_test
+    from crl_envs.valuation.report import Measure, ValuationReport
+
+    rng = np.random.default_rng(8)
+    reports = []
+    for k, questions in enumerate((80, 80, 12)):
+        ids = [f"m{i}" for i in range(5)]
+        alone = (rng.random((5, questions)) < np.linspace(0.3, 0.9, 5)[:, None]).astype(float)
+        shap = alone / 5 + rng.random((5, questions)) * 0.05
+        reports.append(ValuationReport(protocol=f"p{k}", task="t", ids=ids, names=ids, estimator="exact",
+                                       example_ids=[f"r{k}-q{j}" for j in range(questions)],
+                                       individual=Measure("individual", ids, alone), loo=Measure("loo", ids, shap),
+                                       shapley=Measure("shapley", ids, shap), banzhaf=None, system=alone.max(0),
+                                       empty_value=0.0, bootstrap_resamples=10))
+    t = pooled_test(reports)
+    expected = sum(stats.crossfit_tau(r.individual.per_question, r.shapley.per_question, r.example_ids,
+                                      resamples=10)["kendall_tau"] for r in reports[:2])
+    assert t.crossfit and t.observed == pytest.approx(expected) and len(t.strata) == 2
+    assert "fewer than 10" in t.skipped[0] and "cross-fit" in str(t)
+    same = pooled_test(reports, crossfit=False)
+    assert same.observed == pytest.approx(sum(stats.kendall_tau_b(r.individual.means, r.shapley.means) for r in reports))
