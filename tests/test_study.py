@@ -149,13 +149,15 @@ def test_scripted_study_statistics_recomputed_independently(tmp_path):
         same = s["measures"]["shapley"]["same_questions"]  # the paper's tau, beside the cross-fit verdict
         assert same["kendall_tau"] == pytest.approx(tau.statistic) and same["p_value"] == pytest.approx(tau.pvalue)
         # 3 and 4 models: the exact test's floor 2/n! is above alpha, whatever the data
-        assert s["min_p_value"] == pytest.approx(2 / math.factorial(len(names))) and s["min_p_value"] > alpha
+        # (the cross-fit halves may hold ties, which raise the floor further)
+        assert s["min_p_value"] >= 2 / math.factorial(len(names)) - 1e-12 and s["min_p_value"] > alpha
         assert s["verdict"] == "untestable" and s["n"] == len(names)
         counts[s["verdict"]] += 1
         per_family[s["family"]] = per_family.get(s["family"], 0) + 1
         minus = stats.kendalltau(alone, shapley - alone / len(names)).statistic
-        assert s["measures"]["shapley_minus_singleton"]["kendall_tau"] == pytest.approx(minus)
-        assert s["measures"]["loo"]["kendall_tau"] == pytest.approx(stats.kendalltau(alone, loo).statistic)
+        ms = s["measures"]
+        assert ms["shapley_minus_singleton"]["same_questions"]["kendall_tau"] == pytest.approx(minus)
+        assert ms["loo"]["same_questions"]["kendall_tau"] == pytest.approx(stats.kendalltau(alone, loo).statistic)
         agree = stats.kendalltau(loo, shapley).statistic
         if not math.isnan(agree):
             assert s["loo_vs_shapley"]["kendall_tau"] == pytest.approx(agree)
