@@ -34,7 +34,8 @@ Validated on planted truth played through the real protocols (``tests/test_valua
   0.936 and 0.924 predicted by a separate 1,000-study simulation;
 - a planted decoupling (routing; true tau 1/15, 1,000 questions): ``decoupled`` 0.58, ``coupled`` 0;
 - the 90% BCa interval covers the true tau in 0.98 (planted decoupling) and 0.95 (graded, true tau 1) of
-  studies;
+  studies (the percentile interval of the same resamples: 0.99 and 0.965; both over-cover here);
+- exchangeable models in vote: ``decoupled`` 0.0, ``inconclusive`` 0.98;
 - the pooled test (4 protocols x 2 exchangeable pools, one permutation of labels per pool) holds alpha.
 
 Synthetic tables (``tests/test_study_verdicts.py``, run through :func:`crl_envs.study.stats.valuation_tables`):
