@@ -5,43 +5,61 @@ permutation p-values; the smallest p-value a design can ever give (:func:`min_p_
 two-sided with ``n`` models and no ties, larger with ties); the pooled permutation test with one
 permutation of model labels per group (:func:`grouped_permutation_test`: the settings of one pool
 share its models, so they are permuted together); percentile bootstrap CIs over questions
-(:func:`bootstrap_cis`, :func:`paired_bootstrap_ci`, :func:`tau_bootstrap`); the design's power
+(:func:`bootstrap_cis`, :func:`paired_bootstrap_ci`, :func:`tau_bootstrap`); the cross-fit tau and its
+BCa interval (:func:`crossfit_tau`, :func:`bca_interval`); the heterogeneity of pooled settings
+(:func:`heterogeneity`); the design's power
 (:func:`power_at_tau`); and the valuation verdicts (:func:`verdict`).
 
-Valuation verdicts, per setting (or per group of settings, e.g. a pool x method family):
+Valuation verdicts, per setting (or per group of settings, e.g. a pool x method family), from the
+**cross-fit** tau (:func:`crossfit_tau`: individual strength on one half of the questions, compositional
+strength on the other, halves fixed by a hash of each question id; on the same questions a model's lucky
+questions raise both, and copies of one model read as coupled):
 
-- ``untestable`` — the smallest attainable two-sided p exceeds ``alpha``: whatever the data, the exact
-  test cannot reject (3 models: 1/3, 4 models: 1/12); such a setting is evidence of nothing;
+- ``untestable`` — tau undefined, a half with fewer than :data:`MIN_QUESTIONS_PER_HALF` questions, or the
+  smallest attainable two-sided p exceeds ``alpha`` (3 models: 1/3, 4 models: 1/12): evidence of nothing;
+- ``heterogeneous`` — pooled settings disagree (:func:`heterogeneity`: Cochran's Q at ``alpha``, or taus
+  beyond the margin on both sides): no pooled verdict;
 - ``coupled`` — the exact permutation test rejects at ``alpha`` with a positive tau;
-- ``decoupled`` — the ``1 - 2 alpha`` bootstrap CI of tau lies inside ``(-delta, +delta)`` (two one-sided
-  tests at ``alpha``: an equivalence verdict, not "p >= alpha");
+- ``decoupled`` — the ``1 - 2 alpha`` BCa CI of tau lies inside ``(-delta, +delta)`` and has a width (two
+  one-sided tests at ``alpha``: an equivalence verdict, not "p >= alpha");
 - ``inconclusive`` — anything else (a significant *negative* tau included; the setting says so).
 
-Validated against planted truth (``tests/test_study_verdicts.py``: synthetic pools whose per-question
-correctness is drawn from chosen individual and compositional rates, run through
-:func:`crl_envs.study.stats.valuation_tables`, one study per pool; alpha = 0.05, delta = 0.3, no LM;
-measured 2026-12-03 on the suite's seeds):
+Validated on planted truth played through the real protocols (``tests/test_valuation_crossfit.py``,
+6 scripted models, shared questions and shared wrong answers, vote / cascade / judge / routing; alpha =
+0.05, delta = 0.3; 200 studies per claim, measured 2026-12-06 on the suite's seeds):
 
-- ``decoupled`` when tau is truly ``>= delta`` (8 models, noise-free tau 0.357 or 0.429, 100-400
-  questions): 0 of 200 studies (false rate 0.00 <= alpha; all 200 were ``inconclusive``);
-- ``decoupled`` when tau is truly 0 (8 models, 1000 questions): 20 of 20;
-- ``coupled`` at population tau = 0.5 (Gaussian copula, 8 models, 400 questions): 56 of 200 (0.28)
-  against a simulated noise-free power of 0.34 (:func:`power_at_tau`; question noise blurs the ranking);
-- the pooled test under the null (4 pools x 3 protocols, one individual vector per pool, compositional
-  values sharing a model effect across a pool's protocols): one permutation per pool rejects in 13 of
-  200 (0.065, within Monte Carlo error of alpha: the test is exact under exchangeable labels);
-  permuting each setting on its own (the former stratified test) rejects in 44 of 200 (0.22).
+- exchangeable models (accuracy 0.7, 100 questions): cross-fit ``coupled`` 0.015 (vote), 0.015 (cascade),
+  0.020 (judge), 0.015 (routing); the same-question tau: 0.56, 0.43, 0.68, 0.66;
+- a graded pool (accuracies 0.45 .. 0.95, 200 questions): ``coupled`` 0.955 in vote and cascade against
+  0.936 and 0.924 predicted by a separate 1,000-study simulation;
+- a planted decoupling (routing; true tau 1/15, 1,000 questions): ``decoupled`` 0.58, ``coupled`` 0;
+- the 90% BCa interval covers the true tau in 0.98 (planted decoupling) and 0.95 (graded, true tau 1) of
+  studies (the percentile interval of the same resamples: 0.99 and 0.965; both over-cover here);
+- exchangeable models in vote: ``decoupled`` 0.0, ``inconclusive`` 0.98;
+- the pooled test (4 protocols x 2 exchangeable pools, one permutation of labels per pool) holds alpha.
+
+Synthetic tables (``tests/test_study_verdicts.py``, run through :func:`crl_envs.study.stats.valuation_tables`):
+``decoupled`` when tau is truly ``>= delta`` at most alpha of the time; copies of one model played
+through vote coupled at most alpha + 3 SE by the cross-fit verdict and far more often by the
+same-question tau; the pooled test under the null with shared individual vectors holds alpha, the
+stratified test does not.
+
+Rank statistics treat values within a relative ``1e-9`` of each other as ties (:func:`snap_ties`), so
+Shapley values equal in theory give the same tau, p and verdict on any CPU.
 
 Training verdicts (the section at the end): an exact sign-flip permutation test of paired differences,
 a paired t-test over seeds, the bootstrap over seeds then questions that gives a training Δ its CI, and
-a ratio of two means with a bootstrap CI that says why it is undefined when it is.
+a ratio of two means with a bootstrap CI only when the denominator's CI lies above 0 (else the difference
+with its CI, and why).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,23 +71,40 @@ from crl_kit.errors import ConfigError
 
 EXACT_PERMUTATION_LIMIT = 8
 """Rank-correlation p-values enumerate all n! orderings up to this many models (8! = 40320)."""
-VERDICTS = ("coupled", "decoupled", "untestable", "inconclusive")
+VERDICTS = ("coupled", "decoupled", "heterogeneous", "untestable", "inconclusive")
 DEFAULT_DELTA = 0.3
 """The equivalence margin of ``decoupled``: |tau| < 0.3 means individual strength orders a pair of models
 the same way as compositional strength at most 65% of the time (``(1 + tau) / 2``), barely better than a
 coin."""
 _EPS = 1e-12
+TIE_DIGITS = 9
+"""Values within a relative ``10**-TIE_DIGITS`` of their vector's largest magnitude rank as ties
+(:func:`snap_ties`): Shapley values equal in theory differ in their last bits from CPU to CPU."""
 
 
 # ---------------------------------------------------------------------- rank correlation
+def snap_ties(v: np.ndarray) -> np.ndarray:
+    """``v`` rounded, along its last axis, to a grid of ``10**-TIE_DIGITS`` times the row's largest
+    magnitude, so that values equal up to floating-point error are equal (and rank as ties) on any CPU;
+    ranks of values further apart are unchanged. NaN stays NaN."""
+    v = np.asarray(v, float)
+    if v.size == 0:
+        return v
+    with warnings.catch_warnings():  # an all-NaN row has no scale
+        warnings.simplefilter("ignore", RuntimeWarning)
+        scale = np.nanmax(np.abs(v), axis=-1, keepdims=True)
+    scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
+    return np.round(v / scale, TIE_DIGITS) * scale
+
+
 def _sign_matrix(v: np.ndarray) -> np.ndarray:
     return np.sign(v[..., :, None] - v[..., None, :])
 
 
 def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Kendall's tau-b of ``x`` against each row of ``y`` (``(..., n)``; ``x`` may be batched the same
-    way); NaN when either is constant."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
+    way); NaN when either is constant. Values equal within :func:`snap_ties`'s tolerance are ties."""
+    x, y = snap_ties(x), snap_ties(y)
     sx, sy = _sign_matrix(x), _sign_matrix(y)
     s = (sx * sy).sum(axis=(-1, -2)) / 2
     tx = (sx != 0).sum(axis=(-1, -2)) / 2  # pairs not tied in x
@@ -79,9 +114,10 @@ def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def spearman_rho(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's rho (Pearson of average ranks) of ``x`` against each row of ``y``."""
-    rx = stats.rankdata(np.asarray(x, float))
-    ry = stats.rankdata(np.asarray(y, float), axis=-1)
+    """Spearman's rho (Pearson of average ranks) of ``x`` against each row of ``y`` (ties as in
+    :func:`snap_ties`)."""
+    rx = stats.rankdata(snap_ties(x))
+    ry = stats.rankdata(snap_ties(y), axis=-1)
     rx, ry = rx - rx.mean(), ry - ry.mean(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (ry * rx).sum(-1) / np.sqrt((rx**2).sum() * (ry**2).sum(-1))
@@ -177,6 +213,7 @@ def min_p_value(n: int, x: Sequence[float] | None = None, y: Sequence[float] | N
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape != (n,) or y.shape != (n,):
         raise ConfigError(f"min_p_value: x and y must have n = {n} values, got shapes {x.shape} and {y.shape}")
+    x, y = snap_ties(x), snap_ties(y)
     if len(set(x)) < 2 or len(set(y)) < 2:
         return 1.0
     if len(set(x)) == n and len(set(y)) == n and statistic == "kendall":
@@ -220,6 +257,7 @@ def correlation(x: Sequence[float], y: Sequence[float], statistic: str = "kendal
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape != y.shape or x.ndim != 1:
         raise ConfigError(f"correlation needs two 1-d sequences of equal length, got shapes {x.shape} and {y.shape}")
+    x, y = snap_ties(x), snap_ties(y)
     n = len(x)
     observed = float(STATISTICS[statistic](x, y))
     if n < 2 or math.isnan(observed):  # a constant ranking carries no information
@@ -380,6 +418,134 @@ def percentile_ci(boots: np.ndarray, level: float) -> list[float] | None:
     return [float(np.quantile(b, a)), float(np.quantile(b, 1 - a))]
 
 
+# ---------------------------------------------------------------------- cross-fitting
+MIN_QUESTIONS_PER_HALF = 10
+"""No valuation verdict with fewer questions than this in either cross-fit half (20 questions in all,
+about): below it a tau rests on a handful of questions and its interval on fewer distinct resamples."""
+
+
+def crossfit_halves(example_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(individual, compositional)`` question indices: each question's half decided by a hash of its id
+    alone (SHA-256 of ``"crossfit:" + id``, low bit), fixed before any answer is seen. A question is on the
+    same side in every setting that asks it, so a pool's individual half never shares a question with any
+    of its settings' compositional halves: under exchangeable models every individual vector is
+    independent of every compositional one, and one permutation of labels per pool stays exact."""
+    side = np.array([hashlib.sha256(f"crossfit:{q}".encode()).digest()[-1] & 1 for q in example_ids], dtype=bool)
+    return np.flatnonzero(~side), np.flatnonzero(side)
+
+
+def bca_interval(estimate: float, boots: np.ndarray, level: float,
+                 jackknife: np.ndarray | None = None) -> tuple[list[float] | None, int]:
+    """The bias-corrected and accelerated (BCa; Efron 1987) ``level`` interval of ``estimate`` from its
+    bootstrap ``boots``, and how many resamples were NaN (left out, counted). The bias correction ``z0`` counts
+    resamples equal to the estimate as half below (a tied, bounded statistic such as tau-b piles resamples
+    on the estimate); the acceleration comes from the ``jackknife`` values (none: 0, the BC interval).
+    ``None`` for an undefined (NaN) estimate or when over half the resamples are NaN.
+
+    Why BCa: cross-fit tau-b is bounded and biased toward 0 by question noise (a resample adds noise to a
+    ranking, so the percentile interval drifts toward the noise level); BCa corrects the median bias and
+    the skew near the bounds, and needs nothing but resamples and a jackknife over questions."""
+    b = np.asarray(boots, float)
+    nan = int(np.isnan(b).sum())
+    b = b[~np.isnan(b)]
+    if estimate is None or math.isnan(estimate) or b.size == 0 or b.size * 2 < b.size + nan:
+        return None, nan
+    below = (np.sum(b < estimate - _EPS) + 0.5 * np.sum(np.abs(b - estimate) <= _EPS)) / b.size
+    z0 = stats.norm.ppf(np.clip(below, 1 / (2 * b.size), 1 - 1 / (2 * b.size)))
+    a = 0.0
+    if jackknife is not None:
+        j = np.asarray(jackknife, float)
+        j = j[~np.isnan(j)]
+        d = j.mean() - j if j.size else np.zeros(0)
+        den = 6 * float(np.sum(d**2)) ** 1.5
+        a = float(np.sum(d**3) / den) if den > 0 else 0.0
+    tail = (1 - level) / 2
+    qs = []
+    for z in (stats.norm.ppf(tail), stats.norm.ppf(1 - tail)):
+        qs.append(float(stats.norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z)))))
+    return [float(np.quantile(b, qs[0])), float(np.quantile(b, qs[1]))], nan
+
+
+def crossfit_tau(individual: np.ndarray, compositional: np.ndarray, example_ids: Sequence[str], *,
+                 level: float = 0.9, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Kendall tau-b of individual strength, measured on one half of the questions
+    (:func:`crossfit_halves`), against compositional strength, measured on the other half, with its
+    exact permutation p-value and a BCa interval (questions resampled within each half, independently;
+    jackknife over the questions of both halves).
+
+    Why a fixed split and not K-fold: on disjoint questions a model's lucky questions cannot raise both
+    its measures, so under exchangeable models the two vectors are independent and the ordinary exact
+    permutation test holds its level; averaging the two directions (or K folds) would pair each
+    compositional half with an individual half that shares questions with the other fold's, and the test
+    would need its own null. One split costs half the questions on each side; it is the price of an
+    exact test.
+
+    Args:
+        individual, compositional: ``(models, questions)`` per-question tables on ``example_ids``.
+
+    Returns:
+        ``{"kendall_tau", "p_value", "min_p_value", "questions": [individual half, compositional half],
+        "tau_ci", "nan_resamples", "resamples", "x", "y", "boots"}`` (``x``, ``y``: the two halves' model
+        means; ``boots``: the resampled taus, NaN kept).
+
+    Raises:
+        ValueError: tables of different shapes, or ids that do not match their questions.
+    """
+    x, y = np.asarray(individual, float), np.asarray(compositional, float)
+    if x.shape != y.shape or x.ndim != 2 or x.shape[1] != len(example_ids):
+        raise ConfigError(f"crossfit_tau needs two (models, questions) tables of one shape with one id per question, "
+                          f"got {x.shape}, {y.shape} and {len(example_ids)} ids")
+    ind, comp = crossfit_halves(example_ids)
+    out: dict[str, Any] = {"questions": [int(ind.size), int(comp.size)], "resamples": resamples}
+    if min(ind.size, comp.size) == 0:
+        return {**out, "kendall_tau": None, "p_value": None, "min_p_value": 1.0, "tau_ci": None,
+                "nan_resamples": 0, "x": None, "y": None, "boots": None}
+    xa, yb = x[:, ind], y[:, comp]
+    xm, ym = xa.mean(axis=1), yb.mean(axis=1)
+    c = correlation(xm, ym)
+    wa = _resample_weights(ind.size, resamples, seed)
+    wb = _resample_weights(comp.size, resamples, seed + 1)
+    boots = kendall_tau_b(np.einsum("mq,qr->rm", xa, wa, optimize=False),
+                          np.einsum("mq,qr->rm", yb, wb, optimize=False))
+    jack = None
+    if ind.size > 1 and comp.size > 1:
+        xj = (xa.sum(axis=1)[None, :] - xa.T) / (ind.size - 1)  # (questions, models): one question left out
+        yj = (yb.sum(axis=1)[None, :] - yb.T) / (comp.size - 1)
+        jack = np.concatenate([kendall_tau_b(xj, np.broadcast_to(ym, xj.shape)),
+                               kendall_tau_b(np.broadcast_to(xm, yj.shape), yj)])
+    value = None if math.isnan(c.value) else c.value
+    ci, nan = bca_interval(c.value, boots, level, jack) if value is not None else (None, int(np.isnan(boots).sum()))
+    return {**out, "kendall_tau": value, "p_value": None if value is None else c.p_value,
+            "min_p_value": c.min_p_value, "tau_ci": ci, "nan_resamples": nan, "x": xm, "y": ym, "boots": boots}
+
+
+def heterogeneity(taus: Sequence[float], boots: Sequence[np.ndarray], *, alpha: float = 0.05,
+                  delta: float = DEFAULT_DELTA) -> dict[str, Any]:
+    """Do settings pooled together agree? Cochran's Q of their taus (weights: 1 / bootstrap variance;
+    settings with no spread left out of Q), chi-square with ``k - 1`` df, and whether settings lie beyond the
+    margin on both sides (some ``tau >= delta``, some ``tau <= -delta``). ``heterogeneous`` when either:
+    then no pooled verdict (a +1 and a -1 must not average to "decoupled"). Settings of one pool share
+    their individual vector, so their taus correlate positively and Q is conservative (exchangeable models,
+one pool x vote / cascade / judge / routing, 100 questions: heterogeneous in 0.01 of 200 studies).
+
+    Returns:
+        ``{"q", "df", "p_value", "opposite", "heterogeneous"}`` (``q``/``p_value`` ``None`` with < 2 usable settings).
+    """
+    t = np.asarray(taus, float)
+    var = np.array([np.nanvar(np.asarray(b, float), ddof=1) if np.sum(~np.isnan(b)) > 1 else np.nan for b in boots])
+    use = np.isfinite(t) & np.isfinite(var) & (var > 0)
+    q = p = None
+    if use.sum() >= 2:
+        w = 1 / var[use]
+        mean = float(np.sum(w * t[use]) / w.sum())
+        q = float(np.sum(w * (t[use] - mean) ** 2))
+        p = float(stats.chi2.sf(q, int(use.sum()) - 1))
+    finite = t[np.isfinite(t)]
+    opposite = bool(finite.size and finite.max() >= delta and finite.min() <= -delta)
+    return {"q": q, "df": int(use.sum()) - 1, "p_value": p, "opposite": opposite,
+            "heterogeneous": opposite or (p is not None and p <= alpha)}
+
+
 def check_ci_options(level: Any, resamples: Any) -> None:
     """One-line errors for a CI level outside (0, 1) or a resample count that is not an int >= 1."""
     if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
@@ -480,22 +646,32 @@ def paired_bootstrap_ci(before: Sequence[float], after: Sequence[float], *, n_bo
 
 
 # --- valuation verdicts ---
-def verdict(tau: float | None, p_value: float | None, min_p: float, ci: tuple[float, float] | None, *,
-            alpha: float = 0.05, delta: float = DEFAULT_DELTA) -> str:
-    """One of :data:`VERDICTS` for an observed tau (see the module docstring): ``untestable`` when
-    ``min_p > alpha``; ``coupled`` when ``p <= alpha`` and ``tau > 0``; ``decoupled`` when the
-    ``1 - 2 alpha`` CI of tau lies strictly inside ``(-delta, delta)``; else ``inconclusive``.
+def verdict(tau: float | None, p_value: float | None, min_p: float, ci: Sequence[float] | None, *,
+            alpha: float = 0.05, delta: float = DEFAULT_DELTA, questions: Sequence[int] | None = None,
+            heterogeneous: bool = False) -> str:
+    """One of :data:`VERDICTS` for an observed tau (see the module docstring): ``untestable`` when tau is
+    undefined or a cross-fit half has fewer than :data:`MIN_QUESTIONS_PER_HALF` ``questions``;
+    ``heterogeneous`` when pooled settings disagree (:func:`heterogeneity`); ``untestable`` when
+    ``min_p > alpha``; ``coupled`` when ``p <= alpha``
+    and ``tau > 0``; ``decoupled`` when the ``1 - 2 alpha`` CI of tau lies strictly inside ``(-delta, delta)``
+    and has a width (a zero-width interval is no evidence of precision); else ``inconclusive``.
 
     Raises:
         ValueError: ``alpha`` or ``delta`` outside (0, 1).
     """
     if not 0 < alpha < 1 or not 0 < delta < 1:
         raise ConfigError(f"verdict needs alpha and delta in (0, 1), got alpha={alpha!r}, delta={delta!r}")
-    if min_p > alpha or tau is None or p_value is None or math.isnan(tau):
+    if tau is None or p_value is None or math.isnan(tau):
+        return "untestable"
+    if questions is not None and min(questions) < MIN_QUESTIONS_PER_HALF:
+        return "untestable"
+    if heterogeneous:  # settings that disagree say so, whatever the pooled test's floor
+        return "heterogeneous"
+    if min_p > alpha:
         return "untestable"
     if p_value <= alpha and tau > 0:
         return "coupled"
-    if ci is not None and -delta < ci[0] and ci[1] < delta:
+    if ci is not None and -delta < ci[0] and ci[1] < delta and ci[1] - ci[0] > _EPS:
         return "decoupled"
     return "inconclusive"
 
@@ -640,27 +816,28 @@ def bootstrap_indices(rng: np.random.Generator, seeds: int, questions: int, resa
 
 def ratio_ci(numerator: float, denominator: float, numerator_boot: np.ndarray, denominator_boot: np.ndarray, *,
              level: float = 0.95, names: tuple[str, str] = ("numerator", "denominator")) -> dict[str, Any]:
-    """``numerator / denominator`` with a percentile bootstrap CI from paired resamples, or why not.
+    """``numerator / denominator`` with a percentile bootstrap CI from paired resamples, or, when the
+    ratio is not bounded, the difference ``numerator - denominator`` with its CI instead.
 
-    The ratio of two gains means something only when the denominator is a gain: undefined (``value``
-    ``None``) when the denominator's point estimate is not positive; no CI (``ci`` ``None``) when some
-    resample's denominator is not positive (the ratio is then unbounded within the CI of the
-    denominator). ``undefined`` states the reason in words.
+    The ratio of two gains means something only when the denominator is a gain: it is given only when the
+    denominator's own ``level`` CI lies above 0. Otherwise (its point estimate or its interval reaching 0,
+    where the ratio is unbounded) ``value`` and ``ci`` are ``None``, ``undefined`` says why in words, and
+    ``difference`` holds ``{"value", "ci"}`` of the paired difference: never a bare ratio without a CI.
 
     Returns:
-        ``{"value", "ci", "undefined"}``.
+        ``{"value", "ci", "undefined", "difference"}``.
     """
     num_name, den_name = names
+    num_b, den_b = np.asarray(numerator_boot, dtype=float), np.asarray(denominator_boot, dtype=float)
+    difference = {"value": float(numerator - denominator), "ci": percentile_ci(num_b - den_b, level)}
+    den_ci = percentile_ci(den_b, level)
     if not denominator > 0:
-        return {"value": None, "ci": None,
-                "undefined": f"{den_name}'s gain is {denominator:+.4f}, not positive: a ratio to it means nothing"}
-    value = numerator / denominator
-    den = np.asarray(denominator_boot, dtype=float)
-    bad = float(np.mean(den <= 0))
-    if bad > 0:
-        return {"value": value, "ci": None,
-                "undefined": f"{den_name}'s gain is not positive in {100 * bad:.1f}% of bootstrap resamples: "
-                             f"the ratio's CI is unbounded"}
-    return {"value": value, "ci": percentile_ci(np.asarray(numerator_boot, dtype=float) / den, level),
-            "undefined": None}
-
+        return {"value": None, "ci": None, "difference": difference,
+                "undefined": f"{den_name}'s gain is {denominator:+.4f}, not positive: a ratio to it means nothing; "
+                             f"the difference {num_name} - {den_name} instead"}
+    if den_ci is None or den_ci[0] <= 0:
+        return {"value": None, "ci": None, "difference": difference,
+                "undefined": f"{den_name}'s gain's {100 * level:g}% CI reaches 0 or below: the ratio is unbounded; "
+                             f"the difference {num_name} - {den_name} instead"}
+    return {"value": numerator / denominator, "ci": percentile_ci(num_b / den_b, level), "undefined": None,
+            "difference": difference}

@@ -146,15 +146,18 @@ def test_scripted_study_statistics_recomputed_independently(tmp_path):
         np.testing.assert_allclose([s["shapley"][m] for m in names], shapley, atol=1e-12)
         assert len(set(alone)) == len(alone) and len(set(np.round(shapley, 12))) == len(shapley)  # no ties: scipy's exact p
         tau = stats.kendalltau(alone, shapley, method="exact")
-        assert s["kendall_tau"] == pytest.approx(tau.statistic) and s["p_value"] == pytest.approx(tau.pvalue)
+        same = s["measures"]["shapley"]["same_questions"]  # the paper's tau, beside the cross-fit verdict
+        assert same["kendall_tau"] == pytest.approx(tau.statistic) and same["p_value"] == pytest.approx(tau.pvalue)
         # 3 and 4 models: the exact test's floor 2/n! is above alpha, whatever the data
-        assert s["min_p_value"] == pytest.approx(2 / math.factorial(len(names))) and s["min_p_value"] > alpha
+        # (the cross-fit halves may hold ties, which raise the floor further)
+        assert s["min_p_value"] >= 2 / math.factorial(len(names)) - 1e-12 and s["min_p_value"] > alpha
         assert s["verdict"] == "untestable" and s["n"] == len(names)
         counts[s["verdict"]] += 1
         per_family[s["family"]] = per_family.get(s["family"], 0) + 1
         minus = stats.kendalltau(alone, shapley - alone / len(names)).statistic
-        assert s["measures"]["shapley_minus_singleton"]["kendall_tau"] == pytest.approx(minus)
-        assert s["measures"]["loo"]["kendall_tau"] == pytest.approx(stats.kendalltau(alone, loo).statistic)
+        ms = s["measures"]
+        assert ms["shapley_minus_singleton"]["same_questions"]["kendall_tau"] == pytest.approx(minus)
+        assert ms["loo"]["same_questions"]["kendall_tau"] == pytest.approx(stats.kendalltau(alone, loo).statistic)
         agree = stats.kendalltau(loo, shapley).statistic
         if not math.isnan(agree):
             assert s["loo_vs_shapley"]["kendall_tau"] == pytest.approx(agree)
@@ -276,8 +279,10 @@ def test_training_statistics_recomputed_independently():
     mean = {t: np.mean([d[t] for d in deltas.values()]) for t in trainers_}
     for t in trainers_:
         assert s["mean_gain"][t] == pytest.approx(mean[t])
-    assert s["crl_vs"]["grpo"]["ratio"]["value"] == pytest.approx(mean["crl"] / mean["grpo"])
-    assert s["crl_vs"]["loo_reward"]["ratio"]["value"] == pytest.approx(mean["crl"] / mean["loo_reward"])
+    for b in ("grpo", "loo_reward"):  # a ratio only where the denominator's CI lies above 0, else the difference
+        r = s["crl_vs"][b]["ratio"]
+        assert r["difference"]["value"] == pytest.approx(mean["crl"] - mean[b])
+        assert r["value"] is None or r["value"] == pytest.approx(mean["crl"] / mean[b])
     best = max(d[t] for d in deltas.values() for t in trainers_)
     assert s["largest_gain"]["value"] == pytest.approx(best)
     assert [(b["trainer"], b["protocol"]) for b in s["largest_gain"]["by"]] == \

@@ -83,8 +83,9 @@ def test_seed_question_bootstrap_and_ratio():
     assert r["value"] == pytest.approx(2.0) and r["undefined"] is None
     assert r["ci"] == pytest.approx([np.quantile(num / den, 0.25), np.quantile(num / den, 0.75)])
     assert "grpo's gain is -0.0500, not positive" in stats.ratio_ci(0.3, -0.05, num, den, names=("crl", "grpo"))["undefined"]
-    half = stats.ratio_ci(0.3, 0.05, num, np.array([0.1, -0.1, 0.2]), names=("crl", "grpo"))
-    assert half["value"] == pytest.approx(6.0) and half["ci"] is None and "33.3% of bootstrap resamples" in half["undefined"]
+    half = stats.ratio_ci(0.3, 0.05, num, np.array([0.1, -0.1, 0.2]), names=("crl", "grpo"))  # no bare ratio
+    assert half["value"] is None and half["ci"] is None and "CI reaches 0" in half["undefined"]
+    assert half["difference"]["value"] == pytest.approx(0.25)
 
 
 def test_sign_flip_calibrated_under_the_null():
@@ -176,7 +177,8 @@ def test_training_tables_recomputed_independently():
                                             for st in out["settings"])
         units = [x - y for st in out["settings"] for x, y in zip(st["delta"]["crl"]["per_seed"], st["delta"][b]["per_seed"])]
         assert c["across"]["n"] == 9 and c["across"]["p_value"] == pytest.approx(brute_force_sign_flip(units))
-        assert c["ratio"]["value"] == pytest.approx(mean["crl"] / mean[b])
+        assert c["ratio"]["difference"]["value"] == pytest.approx(mean["crl"] - mean[b])
+        assert c["ratio"]["value"] is None or c["ratio"]["value"] == pytest.approx(mean["crl"] / mean[b])
     assert s["mean_gain"] == pytest.approx(mean)
 
 

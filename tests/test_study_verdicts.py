@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from crl_envs import stats, study
 from crl_envs.study.plan import design
 from crl_envs.study.stats import valuation_design, valuation_tables
 from crl_envs.study.tables import valuation_markdown
+from crl_envs.valuation.estimators import shapley_weights
 from crl_envs.valuation.report import Measure, ValuationReport
 
 ALPHA, DELTA = 0.05, 0.3
@@ -220,9 +223,15 @@ def test_tables_per_setting_and_per_pool_family_recomputed():
                      ("loo", np.mean(rep["loo"]["per_question"], 1)),
                      ("shapley_minus_singleton", np.mean(np.asarray(rep["shapley"]["per_question"])
                                                          - np.asarray(rep["individual"]["per_question"]) / len(x), 1))):
-            ref = sps.kendalltau(x, y)
             got = s["measures"][m]
-            assert got["kendall_tau"] == pytest.approx(ref.statistic)
+            # the paper's same-question tau, kept beside the verdict's cross-fit tau
+            assert got["same_questions"]["kendall_tau"] == pytest.approx(sps.kendalltau(x, y).statistic)
+            a, b = stats.crossfit_halves(cell["report"]["example_ids"])
+            per_q = np.asarray(rep["individual"]["per_question"])
+            yq = {"shapley": np.asarray(rep["shapley"]["per_question"]), "loo": np.asarray(rep["loo"]["per_question"]),
+                  "shapley_minus_singleton": np.asarray(rep["shapley"]["per_question"]) - per_q / len(x)}[m]
+            ref = sps.kendalltau(per_q[:, a].mean(1), yq[:, b].mean(1))
+            assert got["kendall_tau"] == pytest.approx(ref.statistic) and got["crossfit_questions"] == [len(a), len(b)]
             lo, hi = got["tau_ci"]
             assert lo <= hi
         assert s["min_p_value"] == pytest.approx(2 / math.factorial(len(x)))
@@ -232,8 +241,9 @@ def test_tables_per_setting_and_per_pool_family_recomputed():
     pf = {(c["pool"], c["family"]): c for c in t["summary"]["pool_families"]}
     six = pf[("six", "agg")]
     # the pool's two settings share the individual vector: one permutation of 6 labels for both
-    xs = [np.mean(c["report"]["measures"]["individual"]["per_question"], 1) for c in cells[:2]]
-    ys = [np.mean(c["report"]["measures"]["shapley"]["per_question"], 1) for c in cells[:2]]
+    a, b = stats.crossfit_halves(cells[0]["report"]["example_ids"])
+    xs = [np.asarray(c["report"]["measures"]["individual"]["per_question"])[:, a].mean(1) for c in cells[:2]]
+    ys = [np.asarray(c["report"]["measures"]["shapley"]["per_question"])[:, b].mean(1) for c in cells[:2]]
     values = np.array([sum(sps.kendalltau(x, y[list(p)]).statistic for x, y in zip(xs, ys))
                        for p in itertools.permutations(range(6))])
     observed = sum(sps.kendalltau(x, y).statistic for x, y in zip(xs, ys))
@@ -267,3 +277,67 @@ def test_config_families_and_pool_tasks():
     assert len(ids) == 3 * 2 + 3 * 1 and not any(c.startswith("valuation/three/") and "/arith/" in c for c in ids)
     d = design(config)
     assert [(p["pool"], p["settings"]) for p in d["pools"]] == [("four", 6), ("three", 3)]
+
+
+# ---------------------------------------------------------------------- shared questions, as in a real study
+def _played_cell(digits: np.ndarray, study: int, protocol: str = "vote", pool: str = "p") -> dict:
+    """A cell whose individual, LOO and Shapley tables all come from one game the real protocol played
+    (tests/planted_games.py): the same questions for every measure, as in a study."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from planted_games import profile_table
+
+    n = digits.shape[1]
+    table = profile_table(protocol, n)
+    values = table[:, (digits * 3 ** np.arange(n)).sum(axis=1)]
+    ids = [f"model_{i}" for i in range(n)]
+    full = (1 << n) - 1
+    alone = values[[1 << i for i in range(n)]]
+    loo = values[full] - values[[full & ~(1 << i) for i in range(n)]]
+    shap = shapley_weights(n) @ values
+    report = ValuationReport(protocol=protocol, task="t", ids=ids, names=ids, estimator="exact",
+                             example_ids=[f"s{study}-q{j}" for j in range(digits.shape[0])],
+                             individual=Measure("individual", ids, alone), loo=Measure("loo", ids, loo),
+                             shapley=Measure("shapley", ids, shap), banzhaf=None, system=values[full],
+                             empty_value=0.0, bootstrap_resamples=10)
+    d = report.to_dict()
+    d["family"] = "aggregation"
+    return {"report": d, "labels": {"pool": pool, "protocol": protocol, "task": "t"}}
+
+
+def test_copies_of_one_model_are_not_coupled_by_the_study_but_are_by_the_same_question_tau():
+    """200 studies of 6 exchangeable models (accuracy 0.7, 100 shared questions, vote played for real, wrong
+    answers shared): the study's verdict (cross-fit) says 'coupled' at most alpha + 3 SE; the same-question
+    tau it reports beside it is significant and positive far more often (the artefact of issue #43)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from planted_games import draw_profiles
+
+    rng = np.random.default_rng(21)
+    coupled = same = 0
+    for k in range(STUDIES):
+        s = valuation_tables([_played_cell(draw_profiles(rng, np.full((100, 6), 0.7)), k)], ALPHA, delta=DELTA,
+                             resamples=50)["settings"][0]
+        coupled += s["verdict"] == "coupled"
+        sq = s["measures"]["shapley"]["same_questions"]
+        same += sq["p_value"] is not None and sq["p_value"] <= ALPHA and sq["kendall_tau"] > 0
+    assert coupled / STUDIES <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / STUDIES), coupled
+    assert same / STUDIES > 0.3, same
+
+
+def test_a_pool_family_of_opposite_settings_is_heterogeneous_not_decoupled():
+    """A +1 and a -1 setting of one pool and family: pooled tau 0 with a narrow interval, but the settings
+    disagree: 'heterogeneous', never 'decoupled'."""
+    ind = np.linspace(0.2, 0.9, 6)
+    up = (np.arange(400)[None, :] % 100 < 100 * ind[:, None]).astype(float)  # deterministic, exact rates
+    cells = []
+    for p, comp in (("vote", ind), ("moa", ind[::-1])):
+        c = synthetic_cell(ind, comp, 400, np.random.default_rng(0), pool="six", protocol=p, individual_table=up)
+        c["report"]["measures"]["shapley"]["per_question"] = (np.roll(up, 7, axis=1) if p == "vote"
+                                                              else np.roll(up[::-1], 7, axis=1)).tolist()
+        cells.append(c)
+    t = valuation_tables(cells, ALPHA, delta=DELTA, families={"vote": "agg", "moa": "agg"}, resamples=200)
+    taus = [s["kendall_tau"] for s in t["settings"]]
+    assert taus == [pytest.approx(1.0), pytest.approx(-1.0)]
+    unit = t["summary"]["pool_families"][0]
+    assert unit["kendall_tau"] == pytest.approx(0.0) and unit["heterogeneity"]["opposite"]
+    assert unit["verdict"] == "heterogeneous"
+    assert "heterogeneous" in valuation_markdown(t)

@@ -345,17 +345,19 @@ def fake_report(individual, compositional, label="s") -> ValuationReport:
 
 
 def test_pooled_test_exact_and_monte_carlo():
+    """The permutation mechanics on one-question reports (same questions: a report of one question has no
+    cross-fit halves; tests/test_valuation_crossfit.py tests the cross-fitted default)."""
     a = fake_report([1, 2, 3], [1, 2, 3], "a")
     b = fake_report([1, 2, 3], [1, 2, 3], "b")
     # each stratum's tau over 3! orderings: -1, -1/3, 1/3, 1 with probabilities 1/6, 2/6, 2/6, 1/6;
     # the sum reaches |2| only when both strata are extreme in the same direction: 2 * (1/6)^2
-    t = pooled_test([a, b])
+    t = pooled_test([a, b], crossfit=False)
     assert t.exact and t.observed == pytest.approx(2.0) and t.p_value == pytest.approx(2 / 36)
     assert t.min_p_value == pytest.approx(2 / 36)
-    assert pooled_test([a, b], alternative="greater").p_value == pytest.approx(1 / 36)
+    assert pooled_test([a, b], alternative="greater", crossfit=False).p_value == pytest.approx(1 / 36)
     c = fake_report([1, 2, 3, 4], [2, 1, 4, 3], "c")  # tau = 1/3
-    exact = pooled_test([a, b, c])
-    mc = pooled_test([a, b, c], exact=False, draws=20000, seed=1)
+    exact = pooled_test([a, b, c], crossfit=False)
+    mc = pooled_test([a, b, c], exact=False, draws=20000, seed=1, crossfit=False)
     assert not mc.exact and mc.draws == 20000
     assert mc.p_interval[0] <= exact.p_value <= mc.p_interval[1]
     # brute force over all 3! * 3! * 4! joint orderings
@@ -370,9 +372,9 @@ def test_pooled_test_exact_and_monte_carlo():
     assert exact.p_value == pytest.approx(hits / total)
     assert "never below 0.333" in str(exact)
     flat = fake_report([1, 2, 3], [0, 0, 0], "flat")
-    assert pooled_test([a, flat]).skipped == ["flat/t/model_0,model_1,model_2 (a constant ranking)"]
+    assert pooled_test([a, flat], crossfit=False).skipped == ["flat/t/model_0,model_1,model_2 (a constant ranking)"]
     with pytest.raises(ValueError, match="no 'banzhaf'"):
-        pooled_test([a], measure="banzhaf")
+        pooled_test([a], measure="banzhaf", crossfit=False)
 
 
 def test_report_json_roundtrip_table_and_plot(mixed_pool, tmp_path):

@@ -5,17 +5,21 @@ Valuation (one setting = pool x protocol x task x seed):
 
 - per setting: individual, LOO and Shapley per model with CIs; for each of Shapley, LOO and Shapley
   minus its singleton term (``Shapley_i - individual_i / n``: what is left of Shapley once the model's
-  own accuracy, counted as ``v({i})``, is taken out), Kendall's tau-b against individual strength with
-  its exact permutation p, the smallest p these models could give (``min_p_value``, ties counted), a
-  ``1 - 2 alpha`` percentile CI from resampling questions (the same question resamples for every
-  measure and every setting on the same questions; the models stay fixed, so the CI is the questions'
-  sampling error, not the models'), and a ``verdict`` (:func:`crl_envs.stats.verdict`: ``coupled``,
-  ``decoupled``, ``untestable`` or ``inconclusive``). The setting's headline measure is Shapley where
-  computed, else LOO;
-- per (pool, family), per family and over all: the settings together: mean tau-b, a permutation test of
-  the sum of taus with **one permutation of model labels per pool** (the settings of a pool share its
-  models and individual vector; :func:`crl_envs.stats.grouped_permutation_test`), its smallest attainable
-  p, the CI of the mean tau (the settings' question resamples averaged) and a verdict by the same rule;
+  own accuracy, counted as ``v({i})``, is taken out), the **cross-fit** Kendall tau-b
+  (:func:`crl_envs.stats.crossfit_tau`: individual strength on one half of the questions, compositional
+  on the other, halves fixed by question id) with its exact permutation p, the smallest p these models
+  could give (``min_p_value``, ties counted), a ``1 - 2 alpha`` BCa interval from resampling questions
+  within each half (``nan_resamples`` counts the resamples where tau is undefined; no interval for an
+  undefined tau), the halves' sizes (``crossfit_questions``) and a ``verdict``
+  (:func:`crl_envs.stats.verdict`). Beside it, ``same_questions``: the tau on the same questions (the
+  paper's way of measuring, with its percentile CI; never the verdict). The setting's headline measure is
+  Shapley where computed, else LOO;
+- per (pool, family), per family and over all: the settings together: mean cross-fit tau-b, a permutation
+  test of the sum of taus with **one permutation of model labels per pool**
+  (:func:`crl_envs.stats.grouped_permutation_test`; exact because a question is on the same side in every
+  setting), its smallest attainable p, a BC interval of the mean tau, the settings' ``heterogeneity``
+  (:func:`crl_envs.stats.heterogeneity`) and a verdict by the same rule (``heterogeneous`` when they
+  disagree), and the mean same-question tau beside it;
 - counts of each verdict (settings with a design that cannot reject are ``untestable``, never counted
   as uncorrelated);
 - LOO vs Shapley: their rank agreement (tau-b, exact p) and LOO's error against exact Shapley;
@@ -54,11 +58,15 @@ import numpy as np
 
 from crl_envs.stats import (
     DEFAULT_DELTA,
+    MIN_QUESTIONS_PER_HALF,
     VERDICTS,
+    bca_interval,
     bootstrap_indices,
     correlation,
+    crossfit_tau,
     design,
     grouped_permutation_test,
+    heterogeneity,
     paired_t_test,
     percentile_ci,
     ratio_ci,
@@ -92,13 +100,25 @@ def _tables(report: ValuationReport) -> dict[str, np.ndarray]:
     return {m: out[m] for m in VALUATION_MEASURES if m in out}
 
 
-def _judge(tau: float | None, p: float | None, min_p: float, boots: np.ndarray | None, alpha: float,
-           delta: float) -> dict[str, Any]:
-    ci = None if boots is None else percentile_ci(boots, 1 - 2 * alpha)
+SAME_QUESTIONS = ("the paper's way of measuring: individual and compositional strength on the same questions "
+                  "(shared question noise raises both: copies of one model read as coupled); not the verdict")
+CROSS_FIT = ("cross-fit: individual strength on one half of the questions, compositional strength on the other "
+             "(halves fixed by a hash of each question id)")
+
+
+def _judge(tau: float | None, p: float | None, min_p: float, ci: list[float] | None, alpha: float, delta: float,
+           *, questions: Sequence[int] | None = None, heterogeneous: bool = False) -> dict[str, Any]:
     out = {"kendall_tau": _none(tau), "p_value": _none(p), "min_p_value": float(min_p),
-           "tau_ci": None if ci is None else list(ci), "verdict": verdict(tau, p, min_p, ci, alpha=alpha, delta=delta)}
-    if out["verdict"] == "inconclusive" and p is not None and p <= alpha and tau is not None and tau < 0:
+           "tau_ci": None if ci is None or _none(tau) is None else list(ci),
+           "verdict": verdict(tau, p, min_p, ci, alpha=alpha, delta=delta, questions=questions,
+                              heterogeneous=heterogeneous)}
+    if questions is not None and min(questions) < MIN_QUESTIONS_PER_HALF:
+        out["note"] = (f"cross-fit halves of {questions[0]} and {questions[1]} questions: fewer than "
+                       f"{MIN_QUESTIONS_PER_HALF} in a half, no verdict")
+    elif out["verdict"] == "inconclusive" and p is not None and p <= alpha and tau is not None and tau < 0:
         out["note"] = "significant negative tau: individual strength predicts compositional strength inversely"
+    elif out["verdict"] == "inconclusive" and ci is not None and ci[1] - ci[0] <= 1e-12:
+        out["note"] = "zero-width interval: no resample moved tau, no evidence of precision"
     return out
 
 
@@ -107,6 +127,10 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
                      seed: int = 0) -> dict[str, Any]:
     """``{"settings": [...], "summary": {...}, "design": {...}}`` from valuation cell results
     (``cell["report"]`` a :meth:`ValuationReport.to_dict`, the cell's labels in ``cell["labels"]``).
+
+    The verdicts come from the cross-fit tau (:func:`crl_envs.stats.crossfit_tau`: individual strength on
+    one half of the questions, compositional on the other); each measure keeps the same-question tau
+    beside it as ``same_questions`` (the paper's way of measuring, labelled, never the verdict).
 
     Args:
         alpha: the tests' level (the tau CIs are ``1 - 2 alpha``).
@@ -117,6 +141,7 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
     settings: list[dict[str, Any]] = []
     boots: list[dict[str, np.ndarray]] = []
     pairs: list[dict[str, tuple[np.ndarray, np.ndarray]]] = []
+    level = 1 - 2 * alpha
     for cell in cells:
         d, labels = cell["report"], cell["labels"]
         report = ValuationReport.from_dict(d)
@@ -131,17 +156,26 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
         tables = _tables(report)
         b, tests, pr = {}, {}, {}
         for m, table in tables.items():
-            c = correlation(x, table.mean(axis=1))
-            b[m] = tau_bootstrap(report.individual.per_question, table, resamples=resamples, seed=seed)
-            tests[m] = _judge(c.value, c.p_value, c.min_p_value, b[m], alpha, delta)
-            pr[m] = (x, table.mean(axis=1))
+            cf = crossfit_tau(report.individual.per_question, table, report.example_ids, level=level,
+                              resamples=resamples, seed=seed)
+            tests[m] = {**_judge(cf["kendall_tau"], cf["p_value"], cf["min_p_value"], cf["tau_ci"], alpha, delta,
+                                 questions=cf["questions"]),
+                        "crossfit_questions": cf["questions"], "nan_resamples": cf["nan_resamples"]}
+            same = correlation(x, table.mean(axis=1))
+            same_ci = percentile_ci(tau_bootstrap(report.individual.per_question, table, resamples=resamples,
+                                                  seed=seed), level)
+            tests[m]["same_questions"] = {"kendall_tau": _none(same.value), "p_value": _none(same.p_value),
+                                          "tau_ci": None if _none(same.value) is None else same_ci}
+            b[m] = cf["boots"]
+            if cf["kendall_tau"] is not None and min(cf["questions"]) >= MIN_QUESTIONS_PER_HALF:
+                pr[m] = (cf["x"], cf["y"])
         n = len(keys)
         entry = {
             "pool": labels["pool"], "family": (families or {}).get(labels["protocol"], d["family"]),
             "protocol": labels["protocol"], "protocol_name": report.protocol, "task": labels["task"],
             "seed": report.seed, "models": keys, "n": n, "estimator": report.estimator,
             "questions": report.n_questions, "system": float(report.system.mean()), "empty_value": report.empty_value,
-            **per_model, "ci": ci, "compositional": comp, **tests[comp],
+            **per_model, "ci": ci, "compositional": comp, "statistic": CROSS_FIT, **tests[comp],
             "measures": tests, "power": {"tau": POWER_TAU, "value": design(n, alpha=alpha, tau=POWER_TAU)["power"]},
         }
         if report.shapley is not None and report.estimator == "exact":
@@ -156,18 +190,22 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
         pairs.append(pr)
 
     def together(group: list[int]) -> dict[str, Any]:
-        """Counts and the pooled verdict of a group of settings (one permutation of labels per pool)."""
+        """Counts and the pooled verdict of a group of settings (one permutation of labels per pool), or
+        ``heterogeneous`` when its settings disagree (:func:`crl_envs.stats.heterogeneity`)."""
         out: dict[str, Any] = {"settings": len(group),
                                "counts": {v: sum(settings[i]["verdict"] == v for i in group) for v in VERDICTS}}
         measure = "shapley" if all(settings[i]["compositional"] == "shapley" for i in group) else "loo"
         out["measure"] = measure
-        informative = [i for i in group if settings[i]["measures"][measure]["kendall_tau"] is not None]
+        informative = [i for i in group if measure in pairs[i]]
         taus = [settings[i]["measures"][measure]["kendall_tau"] for i in informative]
         out["mean_kendall_tau"] = float(np.mean(taus)) if taus else None
         for m in VALUATION_MEASURES:
             ts = [settings[i]["measures"][m]["kendall_tau"] for i in group if m in settings[i]["measures"]
                   and settings[i]["measures"][m]["kendall_tau"] is not None]
             out.setdefault("mean_kendall_tau_by_measure", {})[m] = float(np.mean(ts)) if ts else None
+        same = [settings[i]["measures"][measure]["same_questions"]["kendall_tau"] for i in group]
+        same = [t for t in same if t is not None]
+        out["same_questions"] = {"mean_kendall_tau": float(np.mean(same)) if same else None, "label": SAME_QUESTIONS}
         if not informative:
             out.update(_judge(None, None, 1.0, None, alpha, delta))
             return out
@@ -177,8 +215,14 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
             warnings.simplefilter("ignore", RuntimeWarning)
             mean_boot = np.nanmean(np.stack([boots[i][measure] for i in informative]), axis=0)
         k = len(informative)
-        out.update(_judge(test["observed"] / k, test["p_value"], test["min_p_value"], mean_boot, alpha, delta))
-        out["pooled"] = {"statistic": "sum of Kendall tau-b over settings, one permutation of model labels per pool",
+        het = heterogeneity(taus, [boots[i][measure] for i in informative], alpha=alpha, delta=delta)
+        ci, nan = bca_interval(test["observed"] / k, mean_boot, level)
+        out.update(_judge(test["observed"] / k, test["p_value"], test["min_p_value"], ci, alpha, delta,
+                          heterogeneous=het["heterogeneous"]))
+        out["nan_resamples"] = nan
+        out["heterogeneity"] = het
+        out["pooled"] = {"statistic": "sum of cross-fit Kendall tau-b over settings, one permutation of model labels "
+                                      "per pool",
                          "observed": test["observed"], "p_value": test["p_value"], "exact": test["exact"],
                          "min_p_value": test["min_p_value"], "pools": len({settings[i]["pool"] for i in informative})}
         return out
@@ -196,9 +240,13 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
         "alpha": alpha, "delta": delta, "tau_ci_level": 1 - 2 * alpha, "settings": len(settings),
         "counts": total["counts"],
         "pool_family_counts": dict(Counter(c["verdict"] for c in pool_families)),
-        "test": f"two-sided exact permutation test of Kendall's tau-b (individual vs compositional strength) at "
-                f"alpha = {alpha:g}; decoupled: the {100 * (1 - 2 * alpha):g}% question-bootstrap CI of tau inside "
-                f"(-{delta:g}, +{delta:g}); untestable: the smallest attainable p exceeds alpha",
+        "test": f"two-sided exact permutation test of the cross-fit Kendall tau-b (individual strength on one half "
+                f"of the questions, compositional on the other, halves fixed by question id) at alpha = {alpha:g}; "
+                f"decoupled: the {100 * (1 - 2 * alpha):g}% BCa question-bootstrap CI of tau inside "
+                f"(-{delta:g}, +{delta:g}) with a width; untestable: the smallest attainable p exceeds alpha, or a half "
+                f"has fewer than {MIN_QUESTIONS_PER_HALF} questions; heterogeneous: pooled settings disagree "
+                f"(Cochran's Q at alpha, or taus beyond the margin on both sides)",
+        "statistic": CROSS_FIT, "same_questions": total["same_questions"],
         "mean_kendall_tau": total["mean_kendall_tau"], "mean_kendall_tau_by_measure": total["mean_kendall_tau_by_measure"],
         "all": {k: v for k, v in total.items() if k not in ("counts", "settings")},
         "families": {f: together(idx) for f, idx in sorted(by_family.items())},

@@ -20,7 +20,8 @@ def _ci(ci: Any) -> str:
 
 
 def _counts(c: Mapping[str, int]) -> str:
-    return ", ".join(f"{c.get(v, 0)} {v}" for v in ("coupled", "decoupled", "inconclusive", "untestable"))
+    return ", ".join(f"{c.get(v, 0)} {v}" for v in ("coupled", "decoupled", "heterogeneous", "inconclusive", "untestable")
+                     if v != "heterogeneous" or c.get(v))
 
 
 def valuation_markdown(tables: Mapping[str, Any]) -> str:
@@ -36,7 +37,12 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
     lines.append("Mean tau-b of individual strength against: " + ", ".join(
         f"{label} {_f(m.get(k), '+.2f')}" for k, label in (("shapley", "Shapley"), ("loo", "LOO"),
                                                            ("shapley_minus_singleton", "Shapley - individual/n"))
-        if k in m) + " (Shapley contains each model's own term v({i})/n; the third column takes it out).")
+        if k in m) + " (cross-fit: individual strength on one half of the questions, compositional on the other; "
+        "Shapley contains each model's own term v({i})/n; the third column takes it out).")
+    same = (s.get("same_questions") or {}).get("mean_kendall_tau")
+    if same is not None:
+        lines.append(f"On the same questions (the paper's way of measuring, not a verdict: shared question noise "
+                     f"raises both measures) the mean tau-b against Shapley is {same:+.2f}.")
     al = s.get("all", {}).get("pooled")
     if al:
         lines.append(f"Pooled over all settings (one permutation of model labels per pool, {al['pools']} pool(s)): "
@@ -59,7 +65,7 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
                       f"LOO's mean absolute error {a['mean_abs_error']:.3f} (largest {a['max_abs_error']:.3f})."]
     lines += ["", f"| pool | protocol (family) | task | n | v(N) | model: individual / LOO / Shapley | "
                   f"tau-b Shapley [{pct} CI] | tau-b LOO | tau-b Shapley - ind./n | p (min p) | power at tau 0.5 | "
-                  f"verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  f"verdict | same-question tau-b Shapley (paper) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for st in tables["settings"]:
         models = "; ".join(f"{m} {st['individual'][m]:.2f} / {st['loo'][m]:+.3f} / "
                            f"{'n/a' if st['shapley'] is None else format(st['shapley'][m], '+.3f')}"
@@ -71,7 +77,8 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
                 _f(ms["shapley_minus_singleton"]["kendall_tau"], "+.2f") if "shapley_minus_singleton" in ms else "n/a")
         lines.append(f"| {st['pool']} | {st['protocol']} ({st['family']}) | {st['task']} | {st['n']} | "
                      f"{st['system']:.3f} | {models} | {' | '.join(taus)} | {_f(st['p_value'], '.3g')} "
-                     f"({st['min_p_value']:.3g}) | {st['power']['value']:.2f} | {st['verdict']} |")
+                     f"({st['min_p_value']:.3g}) | {st['power']['value']:.2f} | {st['verdict']} | "
+                     f"{_f(st['measures'][st['compositional']]['same_questions']['kendall_tau'], '+.2f')} |")
     return "\n".join(lines)
 
 
@@ -111,9 +118,9 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
                 lines.append(f"| {b} | not comparable in any of {c['not_comparable']} settings (gates below) | | | | |")
                 continue
             a, r = c["across"], c["ratio"]
-            ratio = f"undefined: {r['undefined']}" if r["value"] is None else \
-                f"{r['value']:.2f}x " + (f"(no CI: {r['undefined']})" if r["ci"] is None else
-                                        f"{pct}% CI [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]")
+            ratio = f"{r['value']:.2f}x {pct}% CI [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if r["value"] is not None \
+                else f"difference {_pts(r['difference']['value'])} points {_ci_pts(r['difference']['ci'])} " \
+                     f"(no ratio: {r['undefined']})"
             lines.append(f"| {b} | {c['wins']} / {c['ties']} / {c['losses']} of {c['settings']} | "
                          f"{c['significant_wins']} / {c['significant_losses']} ({c['tested']} tested) | "
                          f"{c['identical_outcomes']} | {_pts(a['statistic'])} points over {a['n']}, "

@@ -20,7 +20,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from crl_envs.stats import STATISTICS, correlation, grouped_permutation_test, min_p_value
+from crl_envs.stats import (
+    MIN_QUESTIONS_PER_HALF,
+    STATISTICS,
+    correlation,
+    crossfit_halves,
+    grouped_permutation_test,
+    min_p_value,
+)
 from crl_envs.valuation.report import LABELS, ValuationReport
 from crl_kit.errors import ConfigError
 
@@ -54,11 +61,14 @@ class PooledTest:
     min_p_value: float
     strata: list[Stratum] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    crossfit: bool = True
 
     def __str__(self) -> str:
         how = "exact" if self.exact else f"Monte Carlo, {self.draws} draws, 95% CI [{self.p_interval[0]:.4f}, {self.p_interval[1]:.4f}]"
         lines = [
-            f"pooled stratified permutation test: individual strength vs {LABELS.get(self.measure, self.measure)}",
+            f"pooled stratified permutation test: individual strength vs {LABELS.get(self.measure, self.measure)}"
+            + (" (cross-fit: on disjoint halves of the questions)" if self.crossfit else
+               " (same questions: the paper's way of measuring)"),
             f"  statistic: sum over {len(self.strata)} settings of {self.statistic} = {self.observed:+.3f}",
             f"  p ({self.alternative}) = {self.p_value:.4g} ({how}); smallest attainable p = {self.min_p_value:.3g}",
         ]
@@ -81,6 +91,7 @@ def pooled_test(
     labels: Sequence[str] | None = None,
     exact: bool | None = None,
     groups: Sequence[str] | None = None,
+    crossfit: bool = True,
 ) -> PooledTest:
     """Test whether individual strength predicts ``measure`` across several settings.
 
@@ -95,8 +106,14 @@ def pooled_test(
         groups: one label per report; reports with the same label (the settings of one pool: the same
             models, often one individual vector) share one permutation of model labels (default: each
             report its own, the stratified test, which is anti-conservative when settings share data).
+        crossfit: individual strength from one half of each report's questions, ``measure`` from the other
+            (:func:`crl_envs.stats.crossfit_halves`, fixed by question id; the study's verdicts use it:
+            on the same questions shared question noise correlates the two even for copies of one
+            model). ``False``: both on every question (the paper's way of measuring).
 
-    Settings where either ranking is constant carry no information and are skipped (listed).
+    Settings where either ranking is constant carry no information and are skipped (listed), and so,
+    cross-fitted, are settings with fewer than :data:`~crl_envs.stats.MIN_QUESTIONS_PER_HALF` questions in
+    a half.
 
     Raises:
         ValueError: an unknown statistic / alternative / measure, no report, no informative report,
@@ -124,6 +141,13 @@ def pooled_test(
             raise ConfigError(f"report {label!r} has no {measure!r} measure (estimator {r.estimator!r}); "
                              f"choose a measure it has: {[k for k in r.measures if k != 'individual']}")
         x, y = r.individual.means, m.means
+        if crossfit:
+            a, b = crossfit_halves(r.example_ids)
+            if min(a.size, b.size) < MIN_QUESTIONS_PER_HALF:
+                skipped.append(f"{label} (cross-fit halves of {a.size} and {b.size} questions: fewer than "
+                               f"{MIN_QUESTIONS_PER_HALF})")
+                continue
+            x, y = r.individual.per_question[:, a].mean(axis=1), m.per_question[:, b].mean(axis=1)
         c = correlation(x, y, statistic, seed=seed)
         if math.isnan(c.value):
             skipped.append(f"{label} (a constant ranking)")
@@ -136,4 +160,4 @@ def pooled_test(
     t = grouped_permutation_test(pairs, kept, statistic=statistic, alternative=alternative, draws=draws, seed=seed,
                                  exact=exact)
     return PooledTest(measure, statistic, alternative, t["observed"], t["p_value"], t["exact"], t["draws"],
-                      t["p_interval"], t["min_p_value"], strata, skipped)
+                      t["p_interval"], t["min_p_value"], strata, skipped, crossfit)

@@ -29,6 +29,7 @@ from crl_envs.stats import (  # noqa: F401
     bootstrap_cis,
     check_ci_options,
     correlation,
+    crossfit_tau,
     kendall_tau_b,
     min_p_value,
     permutation_null,
@@ -341,8 +342,10 @@ class ValuationReport:
             line(["-" * w for w in widths]),
             *(line(r) for r in rows),
             "",
-            "rank correlation with individual strength (exact permutation p-values):",
         ]
+        out += self._crossfit_lines()
+        out.append("same questions (the paper's way of measuring: a model's lucky questions raise both measures, "
+                   "so copies of one model read as correlated; not a verdict):")
         for k, d in self.correlation.items():
             kt, sp = d["kendall"], d["spearman"]
             out.append(f"  {LABELS[k]:8s} Kendall tau-b {_fmt(kt.value)} (p = {_fmt(kt.p_value, '.3f')})   "
@@ -351,6 +354,25 @@ class ValuationReport:
         out.append(f"  with {n} models the smallest possible two-sided p-value is {min_p_value(n):.3g}"
                    + ("; no single setting can be significant — pool settings with pooled_test()" if n <= 4 else ""))
         return "\n".join(out)
+
+    def _crossfit_lines(self) -> list[str]:
+        """The cross-fit correlations (:func:`crl_envs.stats.crossfit_tau`): individual strength on one half
+        of the questions, each compositional measure on the other (what the study's verdicts use)."""
+        pct = round(self.ci_level * 100)
+        lines = []
+        for k, m in self.measures.items():
+            if k == "individual":
+                continue
+            cf = crossfit_tau(self.individual.per_question, m.per_question, self.example_ids, level=self.ci_level,
+                              resamples=self.bootstrap_resamples, seed=self.seed)
+            if not lines:
+                lines.append(f"rank correlation with individual strength, cross-fit (individual on {cf['questions'][0]} "
+                             f"questions, compositional on the other {cf['questions'][1]}; exact permutation p):")
+            ci = "" if cf["tau_ci"] is None else f", {pct}% BCa CI [{cf['tau_ci'][0]:+.3f}, {cf['tau_ci'][1]:+.3f}]"
+            nan = f", {cf['nan_resamples']} of {cf['resamples']} resamples undefined" if cf["nan_resamples"] else ""
+            lines.append(f"  {LABELS[k]:8s} Kendall tau-b {_fmt(cf['kendall_tau'])} "
+                         f"(p = {_fmt(cf['p_value'], '.3f')}){ci}{nan}")
+        return lines
 
     def _cached_note(self) -> str:
         """Where the runs not executed came from, said only when there were any."""
