@@ -93,3 +93,16 @@ def test_setting_without_every_coalition_is_skipped_with_its_reason(tmp_path):
     assert s["cost"]["measure"] == "loo"
     md = (tmp_path / "out" / "study.md").read_text()
     assert f"Interactions skipped in 1 settings: {skipped}." in md
+
+
+def test_table_interactions_equal_shapiq_per_question_game():
+    """The linear map the study applies equals shapiq run on each question's game (the valuation's path)."""
+    from crl_envs.valuation.interactions import per_question_indices, table_interactions
+
+    rng = np.random.default_rng(5)
+    table = rng.integers(0, 2, size=(1 << 4, 12)).astype(float)
+    table[0] = 0.25  # a non-zero empty coalition too
+    found = table_interactions(table, ["a", "b", "c", "d"], bootstrap_resamples=100)
+    wanted, per_game = per_question_indices(lambda masks: table[masks], 4, 12)
+    assert found.interactions == wanted
+    np.testing.assert_allclose(found.per_question, per_game, atol=1e-12)
