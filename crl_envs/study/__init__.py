@@ -12,7 +12,10 @@ process, local worker processes or Ray, with the paper's statistics computed fro
 ``study.json`` holds ``valuation.settings`` (one entry per pool x protocol x task x seed: ``pool``,
 ``family``, ``protocol``, ``task``, ``n``, per-model ``individual`` / ``loo`` / ``shapley``, ``kendall_tau``
 with ``tau_ci``, ``p_value``, ``min_p_value`` and ``verdict``, and the same per measure under
-``measures``), ``valuation.summary`` (``counts`` per verdict, ``alpha``, ``delta``, per family under
+``measures``; from the report's stored coalition table and cost measures, per :mod:`crl_envs.study.costs`:
+``cost`` (the cost game's Shapley or LOO per model, 1k tokens per question, with ``ci`` and
+``grand_coalition``), ``value_per_1k`` (per model ``mean`` and ``ci``) and ``interactions`` (every pair's SII
+with ``ci``, or ``skipped`` with the reason)), ``valuation.summary`` (``counts`` per verdict, ``alpha``, ``delta``, per family under
 ``families`` and per (pool, family) under ``pool_families`` a pooled verdict), ``valuation.design`` (what
 the design can show: per pool the smallest attainable p and the power at tau = 0.5), ``training.settings``
 (one per setup x task: ``protocol``, ``task``, ``seeds``, ``budget``,
@@ -67,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
+from crl_envs.study.costs import add_to_settings
 from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate
 from crl_envs.study.runner import environment, jsonable, load_result, run_cells
 from crl_envs.study.stats import training_tables, valuation_tables
@@ -201,6 +205,7 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
         v = config.valuation
         out["valuation"] = valuation_tables(vcells, alpha=v.alpha, delta=v.delta, families=v.families,
                                             resamples=v.bootstrap_resamples)
+        add_to_settings(vcells, out["valuation"]["settings"], resamples=v.bootstrap_resamples)
         if any(c["report"].get("coalition_costs") for c in vcells):
             from crl_envs.valuation.fronts import study_fronts
 

@@ -256,6 +256,11 @@ def markdown(study: Mapping[str, Any]) -> str:
 
         out += ["## Cost-quality fronts: accuracy vs tokens over every coalition x protocol", "",
                 fronts_markdown(study["fronts"]), ""]
+    settings = (study.get("valuation") or {}).get("settings", [])
+    if any(s.get("cost") or s.get("interactions") for s in settings):
+        from crl_envs.study.costs import costs_markdown
+
+        out += ["## Cost-aware values and pairwise interactions per setting", "", costs_markdown(settings), ""]
     if study.get("training"):
         out += ["## Training: Δ system accuracy and the learner's own Δ per trainer (points)", "",
                 training_markdown(study["training"], study["config"]["training"]["trainers"]), ""]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,38 @@ def per_question_indices(values: Callable[[np.ndarray], np.ndarray], n: int, que
         game = lambda c, q=q: table(masks_of(c))[:, q]  # noqa: E731
         out[:, q] = read(kind(n=n, max_order=order, index=index, random_state=seed).approximate(budget, game))
     return wanted, out
+
+
+@lru_cache(maxsize=8)
+def exact_matrix(n: int, index: str = "SII", order: int = 2) -> np.ndarray:
+    """``(interactions, 2^n)``: the exact index as a linear map of the coalition values (column ``S``:
+    shapiq's index of the game that is 1 on coalition ``S`` and 0 elsewhere). Built once per ``(n, index,
+    order)`` from ``2^n`` shapiq calls, then every game's index is one product: what makes a study's
+    interactions affordable at table time (many settings, many distinct question games)."""
+    check_options(n, index, order, None, None)
+    shapiq = import_shapiq()
+    wanted = [t for k in range(1, order + 1) for t in combinations(range(n), k)]
+    out = np.zeros((len(wanted), 1 << n))
+    for s in range(1 << n):
+        unit = np.zeros(1 << n)
+        unit[s] = 1.0
+        result = shapiq.ExactComputer(lambda c, g=unit: g[masks_of(c)], n_players=n)(index, order)
+        lookup = result.interaction_lookup
+        out[:, s] = [result.values[lookup[t]] if t in lookup else 0.0 for t in wanted]
+    return out
+
+
+def table_interactions(table: np.ndarray, ids: Sequence[str], *, index: str = "SII", order: int = 2, seed: int = 0,
+                       ci_level: float = 0.95, bootstrap_resamples: int = 2000) -> Interactions:
+    """The exact :class:`Interactions` of a stored coalition table (``(2^n, questions)``, row = bitmask, the
+    empty coalition's row included), e.g. a valuation report's; no coalition is played."""
+    n = len(ids)
+    table = np.asarray(table, dtype=float)
+    if table.ndim != 2 or table.shape[0] != 1 << n:
+        raise ConfigError(f"an exact interaction table needs 2^{n} = {1 << n} coalition rows, got shape {table.shape}")
+    wanted = [t for k in range(1, order + 1) for t in combinations(range(n), k)]
+    return Interactions(index, order, list(ids), wanted, exact_matrix(n, index, order) @ table, ci_level=ci_level,
+                        bootstrap_resamples=bootstrap_resamples, seed=seed)
 
 
 @dataclass(eq=False)
