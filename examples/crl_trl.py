@@ -49,7 +49,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--questions", type=int, default=8, help="questions per optimizer step (over all processes)")
     p.add_argument("--generations", type=int, default=8, help="G, system episodes per question")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=1e-4,
+                   help="1e-4: trainers.controls.FULL_FINETUNE_LR_BOUND for a full fine-tune (issue #46)")
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--eval-questions", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)

@@ -3,34 +3,39 @@
     python examples/multi_learner.py [--protocol vote] [--steps 12] [--seeds 0 1 2] [--n-eval 100] [--out runs/multi_learner.json]
 
 Pool: zoo-nocarry, zoo-noborrow and two zoo-rookies (``model_2``, ``model_3``; the rookies are the weak
-members that can improve). Three conditions, C-RL with the same settings and the same number of steps:
+members that can improve). Four conditions, the same settings (lr 1e-4) and the same number of steps:
 
 - ``one``: ``learner="model_2"`` (``model_3`` stays as it was);
 - ``joint``: ``learners=["model_2", "model_3"]``, every step updates both from the same episodes;
-- ``round_robin``: the same two, one per step in turn (each gets half the updates).
+- ``round_robin``: the same two, one per step in turn (each gets half the updates);
+- ``placebo``: joint's rollouts and updates on coin-flip rewards (:class:`trainers.PlaceboTrainer`), the control.
 
 Printed per condition: the system's Δ accuracy and each rookie's own (standalone) Δ, mean over seeds,
 with a 95% bootstrap CI over held-out questions of the seed-averaged per-question change; the
 cross-play gap (:func:`trainers.crossplay`: the gain a learner gives with its training partners minus
 its gain with partners it never trained with, over every 3-member coalition and the pool with the other
-rookie untrained); seconds per step, with the machine's load average (``uptime``), and the memory the
+rookie untrained); the share of zero-variance groups (no signal); the system's Δ minus what deleting the
+condition's learners gives (system without them minus system before; negative: training did worse than
+deletion); seconds per step, with the machine's load average (``uptime``), and the memory the
 trained copies hold (weights + AdamW state: k separate models cost k times one). The learners here are
 separate models; with ``lora=`` and ``lora_shared_base=True`` the trainer holds them as LoRA adapters on one
 shared base instead (docs/training.md, "k adapters on one base").
 
-Measured: vote, the defaults (2026-12-03, ``--out docs/multi_learner.json``, committed;
+Measured: vote, the defaults (2026-12-06, ``--out docs/multi_learner.json``, committed;
 tests/test_multi_learner_figures.py re-runs one seed and checks the tables below and in README.md and
-docs/training.md). The machine was loaded (2 cores shared with other jobs, load average 2.0 to 2.5), so
+docs/training.md). The machine was loaded (2 cores shared with a study run, load average 2.4 to 3.0), so
 s/step is a loaded figure, not a comparison. Δ in points, 95% CI over questions:
 
-vote, 12 steps, seeds [0, 1, 2], 100 held-out questions; before: system 0.610
-| condition | system Δ | model_2 alone Δ | model_3 alone Δ | cross-play gap model_2 / model_3 | s/step | trained state |
-|---|---|---|---|---|---|---|
-| one | +12.0 [+5.0, +19.0] | -24.0 [-32.3, -16.3] | +0.0 [+0.0, +0.0] | -17.7 / - | 0.43 | 2.83 MB |
-| joint | +12.0 [+4.7, +19.3] | -24.7 [-33.3, -16.7] | -24.7 [-33.7, -16.7] | -0.8 / -1.3 | 0.40 | 5.67 MB |
-| round_robin | +12.7 [+5.7, +20.0] | -20.3 [-28.7, -12.7] | -22.7 [-31.3, -14.7] | -2.2 / -2.0 | 0.47 | 5.67 MB |
+vote, 12 steps, seeds [0, 1, 2], 100 held-out questions; before: system 0.610; without model_2 0.730, without model_2+model_3 0.740
+| condition | system Δ | model_2 alone Δ | model_3 alone Δ | cross-play gap model_2 / model_3 | zero-variance groups | system Δ minus deleting its learners | s/step | trained state |
+|---|---|---|---|---|---|---|---|---|
+| one | +6.0 [+2.0, +10.3] | -7.0 [-11.7, -2.7] | +0.0 [+0.0, +0.0] | -9.0 / - | 86% | -6.0 | 0.68 | 2.83 MB |
+| joint | +5.0 [+0.7, +9.7] | -11.7 [-17.3, -6.7] | -8.3 [-13.3, -4.0] | -3.5 / -1.8 | 81% | -8.0 | 0.41 | 5.67 MB |
+| round_robin | +5.3 [+1.7, +9.3] | -1.7 [-4.7, +1.3] | -5.3 [-9.3, -1.7] | -1.5 / -2.0 | 85% | -7.7 | 0.28 | 5.67 MB |
+| placebo | +10.7 [+4.3, +17.3] | -7.7 [-13.7, -2.0] | -14.3 [-22.0, -7.3] | -2.3 / -2.6 | 0% | -2.3 | 0.71 | 5.67 MB |
 
-Earlier (2026-12-03, not re-run since and not checked by the suite; load average 5 to 18, so s/step is noise):
+Earlier (2026-12-03, lr 1e-3, no placebo or without-learner reference; not re-run since and not checked by
+the suite; load average 5 to 18, so s/step is noise):
 debate (2 rounds), 8 steps, seeds 0 1 2, 60 questions; system before 0.450:
 
 | condition | system Δ | model_2 alone Δ | model_3 alone Δ | cross-play gap model_2 / model_3 | s/step | trained state |
@@ -39,12 +44,13 @@ debate (2 rounds), 8 steps, seeds 0 1 2, 60 questions; system before 0.450:
 | joint | +4.4 [-6.7, +15.6] | -23.3 [-35.0, -12.8] | -25.0 [-36.7, -15.0] | -3.9 / -4.4 | 5.85 | 5.67 MB |
 | round_robin | +3.9 [-6.7, +14.4] | -21.1 [-32.8, -10.0] | -21.1 [-31.7, -11.1] | -7.5 / -3.6 | 4.09 | 5.67 MB |
 
-What C-RL finds: each rookie gets worse alone (it learns to stop giving answers that outvote the
-specialists) and the system gains. In vote one rookie learning this already gives the whole gain (in
-debate no condition's gain excludes 0 at 8 steps); with two, each
-one's marginal gain with its trained partner is small (under 2 points in vote: the other already abstains),
-and the cross-play gap is negative: a trained rookie helps *more* with unseen partners (smaller
-coalitions, an untrained rookie beside it) than with the partners it trained with.
+What the vote table shows: the gain is deletion plus optimiser noise, not collaboration. The placebo (coin
+flips) gains the most, +10.7 [+4.3, +17.3], against C-RL's +5.0 to +6.0; the system without the rookies
+(0.730 without model_2, 0.740 without both) beats every trained system, so every "system Δ minus deleting its
+learners" is negative; the rookies get worse alone (all but round-robin's model_2 significantly); and 81-86%
+of C-RL's groups have all-equal rewards (a rookie is rarely the deciding vote: little signal). The cross-play
+gaps are gaps between such updates. The earlier debate table has none of these references and is read the
+same way until re-run (issue #46: the 2026-12-03 vote table at lr 1e-3, +12.0 to +12.7, was this artefact).
 """
 
 from __future__ import annotations
