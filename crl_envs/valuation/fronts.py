@@ -171,14 +171,9 @@ class Front:
         return fig
 
     def plot(self, path: str | os.PathLike, cost: str = "tokens", title: str = "") -> Path:
-        import matplotlib.pyplot as plt
+        from crl_envs.valuation.plots import save_figure
 
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig = self.figure(cost, title)
-        fig.savefig(path, dpi=110, metadata={"Software": None})
-        plt.close(fig)
-        return path
+        return save_figure(self.figure(cost, title), path, dpi=110, metadata={"Software": None})
 
 
 def front_of(tables: Sequence[CoalitionCosts], *, names: Mapping[str, str] | None = None,

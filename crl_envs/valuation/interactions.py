@@ -258,14 +258,9 @@ class Interactions:
         return fig
 
     def plot(self, path: str | os.PathLike, names: Sequence[str] | None = None, title: str = "") -> Path:
-        import matplotlib.pyplot as plt
+        from crl_envs.valuation.plots import save_figure
 
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig = self.figure(names, title)
-        fig.savefig(path, dpi=110, metadata={"Software": None})
-        plt.close(fig)
-        return path
+        return save_figure(self.figure(names, title), path, dpi=110, metadata={"Software": None})
 
 
 def game_interactions(game: Any, *, index: str = "SII", order: int = 2, approximator: str | None = None,

@@ -66,12 +66,16 @@ def figure(report: Any, labels: Mapping[str, str]) -> Any:
 
 def plot(report: Any, labels: Mapping[str, str], path: str | os.PathLike) -> Path:
     """Save :func:`figure` as a PNG (or any format matplotlib infers from ``path``)."""
+    return save_figure(figure(report, labels), path, dpi=120, bbox_inches="tight", pad_inches=0.15)
+
+
+def save_figure(fig: Any, path: str | os.PathLike, **savefig: Any) -> Path:
+    """Write ``fig`` to ``path`` (its folder made first) and close it: the valuation figures' one saver."""
     import matplotlib.pyplot as plt
 
-    fig = figure(report, labels)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight", pad_inches=0.15)
+    fig.savefig(path, **savefig)
     plt.close(fig)
     return path
 
