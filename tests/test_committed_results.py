@@ -13,9 +13,10 @@ import torch
 
 import agents.zoo  # registers the zoo pool
 from crl_envs import study, tasks
-from crl_envs.study.runner import run_cell
+from crl_envs.study.runner import cell_path, run_cell
 from crl_envs.study.stats import valuation_tables
 from crl_envs.valuation.game import CoalitionGame
+from crl_kit.safe_io import atomic_write_json
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 RESULTS = sorted(DOCS.glob("*.json"))
@@ -97,6 +98,19 @@ def test_study_cheapest_cells(tmp_path):
     train = _cheapest(planned, committed, "training")
     (base,) = [c for c in planned if c.kind == "baseline" and c.spec["setup_label"] == train.spec["setup_label"]
                and c.spec["task_label"] == train.spec["task_label"]]
+    # the training cell's rate comes from the learning-rate sweep cells it names: re-run them first, and
+    # require the committed sweep figures
+    sweeps = [c for c in planned if c.kind == "lr_sweep"
+              and c.fingerprint in train.spec["learning_rate"]["sweep"].values()]
+    assert len(sweeps) == len(train.spec["learning_rate"]["sweep"])
+    committed_sweep = committed["training"]["lr_sweep"]["settings"][
+        f"{train.spec['setup_label']}/{train.spec['task_label']}"]["sweep"]
+    for c in sweeps:
+        r = run_cell({"cell": {"kind": c.kind, "id": c.id, "spec": c.spec, "fingerprint": c.fingerprint},
+                      "out": str(tmp_path)})
+        atomic_write_json(cell_path(tmp_path, c), r)
+        old_sweep = committed_sweep[str(c.spec["learning_rate"])]
+        assert (r["before"], r["after"]) == (old_sweep["before"], old_sweep["after"]), c.id
     out = {}
     for c in (base, train):
         out[c.kind] = run_cell({"cell": {"kind": c.kind, "id": c.id, "spec": c.spec, "fingerprint": c.fingerprint},
