@@ -165,7 +165,8 @@ if sys.stdin.readline().strip() == "finish":
     for c in planned:
         atomic_write_json(runner.cell_path(config.out, c), {
             "id": c.id, "kind": c.kind, "fingerprint": c.fingerprint, "example_ids": ["a", "b"],
-            "system": [1.0, 0.0], "standalone": [0.0, 0.0], "rollouts": 0, "summary": "by the holder"})
+            "system": [1.0, 0.0], "standalone": [0.0, 0.0], "without_learner": [1.0, 0.0], "rollouts": 0,
+            "summary": "by the holder"})  # a baseline carries the system without the learner (#46)
     for c in planned:
         runner._release(config.out, c)
     print("released", flush=True)

@@ -227,7 +227,7 @@ def test_tiny_zoo_study_chooses_the_rate_first_and_prints_the_gates(tmp_path):
 
 
 def test_the_dry_runs_probe_counts_groups_whose_system_scores_are_all_equal(tmp_path):
-    from crl_envs.study.gates import zero_variance_probe
+    from crl_envs.study.probe import zero_variance_probe
 
     cfg = load_config(rule_config(tmp_path, trainers=["crl"], seeds=[0], num_generations=4,
                                   setups={"cascade-first": {"protocol": "cascade", "options": {"order": [4, 0, 1, 2, 3]}}}))

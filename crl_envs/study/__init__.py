@@ -89,7 +89,7 @@ def plan(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: st
 def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = False) -> str:
     """The ``--dry-run`` text: cells by kind (pending / done), coalition runs, episodes, model calls, tokens;
     then what the valuation design can show (per pool: smallest attainable p, power at tau = 0.5). With
-    ``probe``, per training setting the zero-variance share of a short probe (:func:`crl_envs.study.gates.
+    ``probe``, per training setting the zero-variance share of a short probe (:func:`crl_envs.study.probe.
     zero_variance_probe`: seconds on the zoo)."""
     rows = defaultdict(lambda: {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0})
     for c in planned:
@@ -135,7 +135,7 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
             lines.append("crossplay: per cell (each setting once on n_eval questions) " + "; ".join(
                 f"{k}: {c['episodes'] / t.n_eval:.0f} settings, {c['calls']:,.0f} model calls" for k, c in per.items()))
         if probe:
-            from crl_envs.study.gates import zero_variance_probe
+            from crl_envs.study.probe import zero_variance_probe
 
             shares = zero_variance_probe(config)
             lines.append("zero-variance probe (untrained learner, 4 training questions x G, temperature 1): " + "; ".join(
