@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError
+from crl_kit.serial import jsonable
 from crl_kit.validation import did_you_mean
 
 #: The trackers :func:`open_trackers` knows, and the module each one needs.
@@ -96,7 +97,7 @@ def open_trackers(names: Sequence[str], directory: str | Path, *, project: str, 
     names = check_trackers(names)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    config = _jsonable(dict(config or {}))
+    config = jsonable(dict(config or {}))
     opened: list[Tracker] = []
     try:
         for name in names:
@@ -283,10 +284,6 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
             out[f"{prefix}{k}"] = v
     return out
 
-
-def _jsonable(value: Any) -> Any:
-    """``value`` with tuples as lists and anything else JSON cannot hold as its ``str``."""
-    return json.loads(json.dumps(value, default=str))
 
 
 __all__ = ["TRACKERS", "Tracker", "Trackers", "check_trackers", "open_trackers"]

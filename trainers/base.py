@@ -35,6 +35,7 @@ from crl_envs.tasks import Task
 from crl_envs.tracking import open_trackers
 from crl_kit.errors import ConfigError, ConfigTypeError, RunError
 from crl_kit.safe_io import atomic_write_text, open_append, read_json, read_regular
+from crl_kit.serial import jsonable
 from trainers.advantages import ADVANTAGES, compute_advantages
 from trainers.config import TrainerConfig
 from trainers.losses import LossInputs, get_loss
@@ -213,10 +214,6 @@ def evaluate_policy(protocol: Any, pool: Pool, task: Task, learner: str | Mappin
 RESUMABLE_FIELDS = frozenset({"steps", "output_dir", "save_steps", "tensorboard", "trackers", "tracking_project",
                               "tracking_dir", "progress"})
 
-
-def _jsonable(value: Any) -> Any:
-    """``value`` as it reads back from JSON (tuples become lists, paths and other objects strings)."""
-    return json.loads(json.dumps(value, default=str))
 
 
 #: Spec prefixes whose agents cannot be trained here (no transformers model behind them).
@@ -886,7 +883,7 @@ class PolicyGradientTrainer(abc.ABC):
             torch.save(self.trainable_state(j), where / "trainable.pt")
             torch.save(learner_state.optimizer.state_dict(), where / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
-        state = {"step": self.step, "rollouts": self.rollouts, "config": _jsonable(self.config.to_dict()),
+        state = {"step": self.step, "rollouts": self.rollouts, "config": jsonable(self.config.to_dict()),
                  "trainer": type(self).__name__, "learner": self._learner_key(), "setup": self.setup()}
         (tmp / "state.json").write_text(json.dumps(state, indent=1, default=str))
         shutil.rmtree(final, ignore_errors=True)
@@ -914,14 +911,14 @@ class PolicyGradientTrainer(abc.ABC):
 
     def checkpoint_differences(self, state: dict[str, Any]) -> list[str]:
         """``field: saved -> current`` for every setting where the checkpoint's ``state`` differs from this trainer."""
-        defaults = _jsonable(type(self.config)().to_dict())
+        defaults = jsonable(type(self.config)().to_dict())
         saved_cfg = {**{k: v for k, v in defaults.items() if k not in state.get("config", {})},  # fields added since
                      **state.get("config", {})}
         saved_cfg = {k: v for k, v in saved_cfg.items() if k not in RESUMABLE_FIELDS}
-        current_cfg = {k: v for k, v in _jsonable(self.config.to_dict()).items() if k not in RESUMABLE_FIELDS}
+        current_cfg = {k: v for k, v in jsonable(self.config.to_dict()).items() if k not in RESUMABLE_FIELDS}
         saved = {**{f"config.{k}": v for k, v in saved_cfg.items()}, **state.get("setup", {})}
         current = {**{f"config.{k}": v for k, v in current_cfg.items()},
-                   **{k: v for k, v in _jsonable(self.setup()).items() if k in state.get("setup", {})}}
+                   **{k: v for k, v in jsonable(self.setup()).items() if k in state.get("setup", {})}}
         if "setup" not in state:  # written before setups were stored: the trainer and learner were
             saved.update(trainer=state.get("trainer"), learner=state.get("learner"))
             current.update(trainer=type(self).__name__, learner=self._learner_key())

@@ -72,11 +72,12 @@ from typing import Any
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
 from crl_envs.study.costs import add_to_settings
 from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate
-from crl_envs.study.runner import environment, jsonable, load_result, run_cells
+from crl_envs.study.runner import environment, load_result, run_cells
 from crl_envs.study.stats import training_tables, valuation_tables
 from crl_envs.study.tables import markdown, plots
 from crl_envs.tracking import open_trackers
-from crl_envs.valuation.coalition import atomic_write_json
+from crl_kit.safe_io import atomic_write_json, atomic_write_text
+from crl_kit.serial import jsonable
 
 
 def plan(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: str | os.PathLike | None = None
@@ -287,20 +288,6 @@ def printable(text: str) -> str:
     """``text`` with bidi controls (U+202E ...), zero-width marks and control characters escaped as
     ``\\uXXXX``: the one place the study's report escapes names."""
     return text.translate(_HIDDEN)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``: readers see the old file or
-    the new one, and a symbolic link at ``path`` is replaced, never written through."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _config_dict(config: StudyConfig) -> dict[str, Any]:

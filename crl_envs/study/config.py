@@ -464,7 +464,7 @@ def _task_content(key: str, name: str, split: str | None, n: int | None, seed: i
     seed, options; code changes bump ``CELL_VERSION``), and a hub dataset named by id only is not
     downloaded here (its cells are keyed by its description)."""
     from crl_envs import tasks as task_registry
-    from crl_envs.valuation.coalition import digest
+    from crl_kit.serial import digest
 
     from_file = "path" in (task_registry.option_names(name) or ())
     if from_file and options.get("path") is None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crl_envs.study.config import MAX_COALITION_RUNS, StudyConfig, StudyConfigError
-from crl_envs.valuation.coalition import digest
+from crl_kit.serial import digest
 
 CELL_VERSION = 1
 KINDS = ("valuation", "lr_sweep", "baseline", "training", "crossplay")

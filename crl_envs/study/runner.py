@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 
 from crl_envs.study.config import StudyConfig
 from crl_envs.study.plan import Cell
-from crl_envs.valuation.coalition import atomic_write_json, read_json
 from crl_kit.errors import RunError
+from crl_kit.safe_io import atomic_write_json, read_json
 
 
 # ---------------------------------------------------------------------- building what a cell names
@@ -573,21 +573,6 @@ def _run_claimed(cell: Cell, out: Path, coalition_executor: Any, finished: Calla
         finished(cell, run_cell(_payload(cell, out, coalition_executor, tracking)))
     finally:
         _release(out, cell)
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with numpy scalars and arrays turned into plain Python (for ``json.dumps``)."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float) and (value != value):
-        return None
-    return value
 
 
 def environment() -> dict[str, Any]:

@@ -5,7 +5,6 @@ neither, so the arrows run one way (game -> executors -> coalition)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -18,6 +17,7 @@ from crl_envs.runner import DEFAULT_SAMPLING, ProtocolFactory, RequestMemo, run_
 from crl_envs.tasks import Task
 from crl_envs.valuation.spend import Spend, spend_of
 from crl_kit.safe_io import atomic_write_json, read_json  # noqa: F401  (the caches' one reader and writer)
+from crl_kit.serial import digest  # noqa: F401  (the one key digest; imported from here by the valuation cache)
 
 
 def members_of(mask: int, n: int) -> list[int]:
@@ -96,8 +96,3 @@ def canonical_sampling(sampling: SamplingParams | Mapping[str, SamplingParams] |
     if isinstance(sampling, SamplingParams):
         return asdict(sampling)
     return {k: asdict(v) for k, v in sorted(sampling.items()) if agent_ids is None or k in agent_ids}
-
-
-def digest(obj: Any) -> str:
-    """A 32-hex-digit sha256 of ``obj``'s canonical JSON."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=repr).encode()).hexdigest()[:32]
