@@ -204,7 +204,10 @@ def run_one(bench: Benchmark, *, max_load: float, allow_loaded: bool, settle_s: 
         argv = [a.replace("{tmp}", tmp) for a in bench.argv]
         argv = [sys.executable if a == "python" else a for a in argv]
         t0 = time.perf_counter()
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=bench.timeout)
+        # this checkout's code, whatever an editable install elsewhere points at (a script's sys.path[0] is
+        # benchmarks/, not the checkout)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=bench.timeout, env=env)
         wall = time.perf_counter() - t0
     after = load()
     output = done.stdout + (("\n--- stderr (tail) ---\n" + done.stderr[-2000:]) if done.returncode else "")
