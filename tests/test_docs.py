@@ -143,7 +143,11 @@ def bench_figures(text: str) -> list[tuple[int, str, str, str]]:
     """``(line, figure, benchmark name, the whole line)`` for every ``<!-- bench: NAME -->`` marker."""
     out = []
     for k, line in enumerate(text.splitlines(), 1):
-        for m in _BENCH.finditer(line):
+        found = list(_BENCH.finditer(line))
+        markers = re.sub(r"`[^`]*`", "", line).count("<!-- bench:")  # not those quoted as code
+        if len(found) != markers:  # a marker with no figure before it on its line checks nothing
+            raise AssertionError(f"line {k}: a <!-- bench: --> marker without a figure right before it: {line.strip()!r}")
+        for m in found:
             out.append((k, m.group("figure").strip(), m.group("name"), line))
     return out
 
@@ -151,6 +155,8 @@ def bench_figures(text: str) -> list[tuple[int, str, str, str]]:
 def test_bench_marker_parsing():
     line = "HFAgent took **31 s**<!-- bench: cpu_backends --> and vLLM 1.85x <!-- bench: cpu_backends -->."
     assert [(f, n) for _, f, n, _ in bench_figures(line)] == [("31 s", "cpu_backends"), ("1.85x", "cpu_backends")]
+    with pytest.raises(AssertionError, match="without a figure"):
+        bench_figures("a figure on the line before\n<!-- bench: cpu_backends --> checks nothing")
 
 
 def test_quoted_figures_match_the_recorded_benchmarks():

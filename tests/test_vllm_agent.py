@@ -64,8 +64,6 @@ def test_pretrained_specs_name_the_vllm_backends_options_before_building_anythin
 
 
 def test_play_stops_invented_speaker_turns_caps_answers_by_task_and_names_the_backend_rule(capsys):
-    import importlib.util
-
     from agents import Request
     from crl_envs.commands import PLAY_MAX_NEW_TOKENS, main, play_backend
     from crl_envs.protocols.base import speaker_stops
@@ -77,10 +75,9 @@ def test_play_stops_invented_speaker_turns_caps_answers_by_task_and_names_the_ba
     assert gen.text == "I think 7." and sampling.max_new_tokens == 64
     assert main(["play", "--pool", "scripted", "--backend", "vllm", "--n", "1"]) == 2
     assert "--backend vllm applies to --pool pretrained only" in capsys.readouterr().err
-    from crl_envs.commands import VLLM_PAYS_FROM
-
-    many = "vllm" if importlib.util.find_spec("vllm") else "hf"  # vLLM's engine loads pay back on many questions
-    assert play_backend("auto", 3) == "hf" and play_backend("auto", VLLM_PAYS_FROM) == many
+    # no default rests on one machine's ratio (vLLM's CPU engine was 2.54x HFAgent on one machine, 0.81x on
+    # another): auto is HFAgent whatever the number of questions; vLLM when asked
+    assert play_backend("auto", 3) == "hf" and play_backend("auto", 10_000) == "hf"
     assert play_backend("hf") == "hf" and play_backend("llamacpp", 500) == "llamacpp"
 
 

@@ -111,8 +111,8 @@ def _add_play(p: argparse.ArgumentParser) -> None:
     add_task_arguments(p)
     p.add_argument("--pool", default="zoo", help="'zoo', 'scripted', 'pretrained', or comma-separated agent specs")
     p.add_argument("--backend", choices=PLAY_BACKENDS, default="auto",
-                   help="backend of --pool pretrained: hf, llamacpp, vllm; auto (default): vllm if installed and --n is "
-                        "at least 150 (its engine loads pay back), else hf (docs/real-models.md)")
+                   help="backend of --pool pretrained: hf, llamacpp, vllm; auto (default): hf (which backend is faster "
+                        "depends on the machine: measure with benchmarks/cpu_backends.py, docs/real-models.md)")
     p.add_argument("--n", type=int, default=3, help="number of questions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -131,24 +131,15 @@ PLAY_MAX_NEW_TOKENS = {"arith": 64, "gsm8k": 256, "mmlu": 64, "arc": 64, "gpqa":
 DEFAULT_MAX_NEW_TOKENS = 256
 
 
-#: ``--backend auto`` picks vLLM from this many questions on: alone on 2 idle cores vLLM played a debate
-#: 1.85x faster than HFAgent (HFAgent 31 s for 24 questions, ~1.3 s each, so vLLM saves ~0.6 s a question)
-#: but its two engine loads took 93 of ``play --n 3``'s 109 s: the loads pay back from ~150 questions.
-VLLM_PAYS_FROM = 150
-
-
 def play_backend(choice: str, n_questions: int = 3) -> str:
-    """``--backend auto``: HFAgent, which loads in seconds, unless vLLM is installed and there are enough
-    questions (:data:`VLLM_PAYS_FROM`) for its engine loads to pay back (docs/real-models.md, "Which CPU
-    backend to pick"). llama.cpp is never picked: it is faster only one request at a time, and a
-    protocol batches (0.67-0.73x HFAgent in vote and debate)."""
-    if choice != "auto":
-        return choice
-    import importlib.util
-
-    if n_questions >= VLLM_PAYS_FROM and importlib.util.find_spec("vllm") is not None:
-        return "vllm"
-    return "hf"
+    """``--backend auto``: HFAgent, which loads in seconds and wins or ties on some CPUs. vLLM's CPU engine
+    is faster on others and slower on some (``benchmarks/cpu_backends.py``: 2.54x HFAgent on vote on one 2-core
+    machine, 0.81x on another), so no rule of thumb picks it without measuring the machine at hand: run that
+    benchmark and pass ``--backend vllm`` where it wins (docs/real-models.md, "Which CPU backend to pick").
+    llama.cpp is never picked: it is faster only one request at a time, and a protocol batches.
+    ``n_questions`` is accepted for callers of the earlier rule and not used."""
+    del n_questions
+    return "hf" if choice == "auto" else choice
 
 
 def build_pool(spec: str):
