@@ -75,6 +75,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "the pretrained pool from the command line, `--backend auto`"),
     Benchmark("valuation_memo", ("python", "benchmarks/valuation_memo.py"),
               "the 12-protocol exact valuation of the zoo: requests, distinct requests, wall time"),
+    Benchmark("main_job", ("crl-envs", "value", "--protocol", "debate", "--task", "arith", "--pool", "zoo", "--out",
+                           "{tmp}/valuation", "--cache-dir", "{tmp}/cache", "--quiet"),
+              "README's main job on a fresh machine (an empty coalition cache)"),
     Benchmark("study_paper_small", ("crl-envs", "study", "studies/paper-small.toml", "--out", "{tmp}/paper-small"),
               "studies/paper-small.toml from an empty output directory", timeout=4 * 3600),
 )
