@@ -420,14 +420,14 @@ def _protocol_parts(protocol: Any, pool: Any, task: Any, options: Any) -> tuple[
     _check_options_type(options)
     made = protocol.env_options
     conflicts = [name for name, given, own in (("pool", pool, protocol.pool), ("task", task, protocol.task))
-                 if given is not None and given is not own]
+                 if given is not None and not _same(given, own)]
     differing = sorted(k for k in (options or {}) if k not in made or not _same(options[k], made[k]))
     if differing:
         conflicts.append(f"options {differing}")
     if conflicts:
         name = protocol.metadata["name"]
-        raise ConfigError(f"the protocol is a {name} env, which plays its own pool, task and options, but the "
-                          f"{' and '.join(conflicts)} given differ from the env's: pass the env alone, or "
+        raise ConfigError(f"the protocol is a {name} env, which plays its own pool, task and options; these "
+                          f"arguments differ from the env's: {', '.join(conflicts)}. Pass the env alone, or "
                           f"crl_envs.{name} with pool, task and options")
     cls = type(protocol)
     factory = next((f for f in protocols.PROTOCOLS.values() if protocols.env_class(f) is cls), cls)
@@ -435,7 +435,8 @@ def _protocol_parts(protocol: Any, pool: Any, task: Any, options: Any) -> tuple[
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Whether two option values are the same (``==`` where it gives one truth value)."""
+    """Whether two arguments are the same (``==`` where it gives one truth value: a pool of the same
+    agents is the env's pool)."""
     if a is b:
         return True
     try:
