@@ -13,7 +13,16 @@
 - :func:`pool` / :class:`Pool` — the ordered roster ``model_0 .. model_{n-1}`` a protocol plays.
 """
 
-from agents.base import Agent, Generation, Message, Request, SamplingParams, sample_n, stable_hash
+from agents.base import (
+    Agent,
+    Generation,
+    Message,
+    Request,
+    RequestContext,
+    SamplingParams,
+    sample_n,
+    stable_hash,
+)
 from agents.hf import HFAgent
 from agents.pool import (
     Pool,
@@ -76,7 +85,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Agent", "Generation", "Message", "Request", "SamplingParams", "sample_n", "stable_hash",
+    "Agent", "Generation", "Message", "Request", "RequestContext", "SamplingParams", "sample_n", "stable_hash",
     "HFAgent", "OpenAIAgent", "VLLMAgent", "LlamaCppAgent", "ScriptedAgent", "Pool", "pool", "from_spec", "register_backend",
     "register_pool", "pool_names", "backend_names", "agent_class",
 ]

@@ -1,6 +1,6 @@
 """The one interface every LLM backend implements: a batched ``generate``.
 
-An :class:`Agent` takes a list of :class:`Request` (chat messages, sampling settings, metadata) and
+An :class:`Agent` takes a list of :class:`Request` (chat messages, sampling settings, context) and
 returns exactly one :class:`Generation` per request, in order. Several samples of one prompt are
 several requests with different seeds: every backend stays one-in-one-out and every sample is
 reproducible on its own.
@@ -19,8 +19,9 @@ import hashlib
 import json
 import math
 import numbers
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import Any
 
 from crl_kit.errors import ConfigError, ConfigTypeError
@@ -82,24 +83,78 @@ class SamplingParams:
         return replace(self, seed=seed)
 
 
-@dataclass
-class Request:
-    """One prompt to answer.
+@dataclass(frozen=True)
+class RequestContext:
+    """Where a request comes from: what scripted agents answer from and error messages name.
 
-    ``metadata`` carries what scripted agents and logs need: ``example`` (the task example),
-    ``protocol``, ``phase``, ``agent_id``.
+    ``example`` is the task example (a ``crl_envs.tasks.Example``; ``None`` outside an episode),
+    ``protocol`` the env's name, ``phase`` and ``phase_index`` the phase's name and number,
+    ``agent_id`` the seat that asks, ``sample`` the episode's sample number; ``extra`` keeps any
+    other key given in the old ``metadata`` spelling. A model never sees the context: a
+    deterministic agent's answer depends on the messages and the sampling alone.
+    """
+
+    example: Any = None
+    protocol: str | None = None
+    phase: str | None = None
+    phase_index: int | None = None
+    agent_id: str | None = None
+    sample: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> RequestContext:
+        """The context of an old-style ``metadata`` dict: its known keys as fields, the rest in ``extra``."""
+        if not isinstance(metadata, Mapping):
+            raise ConfigTypeError(f"Request metadata must be a dict (e.g. {{'example': ...}}), got {type(metadata).__name__}")
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in metadata.items() if k in known},
+                   extra={k: v for k, v in metadata.items() if k not in known})
+
+    def as_metadata(self) -> dict[str, Any]:
+        """The old ``metadata`` dict: the fields that are set (not ``None``), then ``extra``."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        return {**{k: v for k, v in out.items() if v is not None}, **self.extra}
+
+
+@dataclass(init=False)
+class Request:
+    """One prompt to answer: chat ``messages``, ``sampling`` settings and a :class:`RequestContext`.
+
+    ``Request(messages, sampling, context=RequestContext(example=ex))``. The old spelling,
+    ``Request(messages, sampling, {"example": ex})`` or ``metadata={...}``, still works: the dict
+    becomes the context, and ``request.metadata`` reads the context back as a read-only dict.
     """
 
     messages: list[Message]
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    metadata: dict[str, Any] = field(default_factory=dict)
+    sampling: SamplingParams
+    context: RequestContext
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        messages: list[Message],
+        sampling: SamplingParams | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        context: RequestContext | None = None,
+    ) -> None:
+        if metadata is not None and context is not None:
+            raise ConfigError("Request takes context=RequestContext(...) or metadata={...} (its old spelling), not both")
+        if context is not None and not isinstance(context, RequestContext):
+            raise ConfigTypeError(f"Request context must be an agents.RequestContext, got {type(context).__name__}")
+        self.messages = messages
+        self.sampling = SamplingParams() if sampling is None else sampling
+        self.context = context if context is not None else RequestContext.from_metadata(metadata or {})
         if not isinstance(self.messages, list) or not self.messages:
             raise ConfigError("Request.messages must be a non-empty list of {'role', 'content'} dicts")
         for m in self.messages:
             if not isinstance(m, dict) or not isinstance(m.get("content"), str) or "role" not in m:
                 raise ConfigError(f"malformed chat message {m!r}: expected {{'role': str, 'content': str}}")
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The old spelling of :attr:`context`: its set fields as a read-only dict (``metadata["example"]``)."""
+        return MappingProxyType(self.context.as_metadata())
 
 
 @dataclass
@@ -129,11 +184,11 @@ class Agent(abc.ABC):
     name: str = "agent"
     #: True when a generation is a function of :attr:`fingerprint`, the request's messages and its
     #: sampling settings (seed included) alone: the same whatever the batch, the process or the
-    #: request's metadata. Only such agents are memoised (:class:`crl_envs.runner.RequestMemo`
+    #: request's context. Only such agents are memoised (:class:`crl_envs.runner.RequestMemo`
     #: generates each distinct request once). A backend sets it when it guarantees it and a test
     #: proves it (HFAgent: per-request generators, batch-invariant decoding; LlamaCppAgent: fixed
     #: evaluation chunks); vLLM's batched kernels, remote servers and scripted agents (``respond``
-    #: may read metadata or keep state) leave it False.
+    #: may read the context or keep state) leave it False.
     deterministic: bool = False
     #: The spec string this agent was built from (set by :func:`agents.from_spec`), so that other
     #: processes (e.g. Ray workers in valuation) can rebuild it instead of receiving its weights.
@@ -316,7 +371,7 @@ class TokenizerPrompts:
             return
         for r, ids in zip(requests, prompt_ids):
             if len(ids) >= limit:
-                example = getattr(r.metadata.get("example"), "id", None)
+                example = getattr(r.context.example, "id", None)
                 raise ConfigError(
                     f"{type(self).__name__} {getattr(self, 'name', '')!r}: the prompt of example {example!r} has "
                     f"{len(ids)} tokens, but {context} holds {limit}; {fix}"

@@ -418,8 +418,7 @@ async def _first_failure_in_order(tasks: list[asyncio.Future]) -> None:
 
 def _which(request: Request, index: int, total: int) -> str:
     """How an error names a request: its task example when it has one, else its place in the batch."""
-    example = request.metadata.get("example")
-    example = getattr(example, "id", example)
+    example = getattr(request.context.example, "id", request.context.example)
     if example is not None:
         return f"request for example {example!r}"
     return f"request {index + 1} of {total} (no task example)"

@@ -17,7 +17,7 @@ Respond = Callable[[Any, list[Message]], str]
 class ScriptedAgent(Agent):
     """An agent whose answer is ``respond(example, messages)``.
 
-    ``example`` is the task example of the request (``request.metadata["example"]``, ``None`` if
+    ``example`` is the task example of the request (``request.context.example``, ``None`` if
     absent). Token counts are whitespace-token counts, so cost reports work on scripted pools too.
 
     Example:
@@ -54,7 +54,7 @@ class ScriptedAgent(Agent):
         return out
 
     def _respond(self, request: Request) -> str:
-        return self.respond(request.metadata.get("example"), request.messages)
+        return self.respond(request.context.example, request.messages)
 
     @classmethod
     def expert(cls, name: str, accuracy: float, seed: int = 0) -> ScriptedAgent:
@@ -94,10 +94,11 @@ class _Expert(ScriptedAgent):
         self._fingerprint = f"expert:{name}:{accuracy}:{seed}"
 
     def _respond(self, request: Request) -> str:
-        example = request.metadata.get("example")
+        example, phase = request.context.example, request.context.phase
         if example is None:
-            raise ConfigError(f"ScriptedAgent.expert {self.name!r} needs request.metadata['example']")
-        h = stable_hash(self.seed, self.name, example.id, request.metadata.get("phase", 0))
+            raise ConfigError(f"ScriptedAgent.expert {self.name!r} needs the request's task example: "
+                              f"Request(messages, context=RequestContext(example=...))")
+        h = stable_hash(self.seed, self.name, example.id, 0 if phase is None else phase)
         correct = (h % 1_000_000) / 1_000_000 < self.accuracy
         return f"The answer is {example.answer if correct else wrong_answer(example.answer, h)}."
 

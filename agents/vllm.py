@@ -289,7 +289,7 @@ class VLLMAgent(TokenizerPrompts, Agent):
         for request, ids, output in zip(requests, prompt_ids, outputs):
             completion = output.outputs[0]
             if completion.finish_reason not in ("stop", "length"):
-                example = getattr(request.metadata.get("example"), "id", None)
+                example = getattr(request.context.example, "id", None)
                 raise ModelError(
                     f"VLLMAgent {self.name!r}: request for example {example!r} ended with finish reason "
                     f"{completion.finish_reason!r}"

@@ -21,7 +21,17 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from agents import Agent, Generation, Message, Pool, Request, SamplingParams, from_spec, stable_hash
+from agents import (
+    Agent,
+    Generation,
+    Message,
+    Pool,
+    Request,
+    RequestContext,
+    SamplingParams,
+    from_spec,
+    stable_hash,
+)
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
@@ -184,9 +194,9 @@ def _copy_generation(gen: Generation) -> Generation:
 
 
 def run_episodes(
-    protocol: ProtocolFactory | str,
-    pool: Pool | Sequence[Agent | str] | str,
-    task: Task | str,
+    protocol: ProtocolFactory | str | ProtocolEnv,
+    pool: Pool | Sequence[Agent | str] | str | None = None,
+    task: Task | str | None = None,
     *,
     coalition: Sequence[str | int] | None = None,
     samples: int = 1,
@@ -203,7 +213,10 @@ def run_episodes(
     """Play every (example, sample) pair of ``task`` under ``protocol``, in lockstep.
 
     Args:
-        protocol: a factory such as ``crl_envs.debate_v0`` or a protocol name (``"debate"``).
+        protocol: a factory such as ``crl_envs.debate_v0``, a protocol name (``"debate"``), or an env
+            made by one (``crl_envs.debate_v0(pool, task, rounds=3)``): a template whose protocol,
+            pool, task and options are played (``pool``, ``task`` and ``options`` may then be left out;
+            one that differs from the env's is an error).
         pool: the models; ``task``: a Task or a task name.
         coalition: the members taking part (all by default).
         samples: episodes per question; sample ``k`` gets its own sampling seeds.
@@ -229,9 +242,9 @@ def run_episodes(
 
 
 def run_coalitions(
-    protocol: ProtocolFactory | str,
-    pool: Pool | Sequence[Agent | str] | str,
-    task: Task | str,
+    protocol: ProtocolFactory | str | ProtocolEnv,
+    pool: Pool | Sequence[Agent | str] | str | None,
+    task: Task | str | None,
     coalitions: Sequence[Sequence[str | int] | None],
     *,
     samples: int = 1,
@@ -251,7 +264,7 @@ def run_coalitions(
 
     Args:
         coalitions: the coalitions (each a list of members, or None for everyone).
-        Others: as in :func:`run_episodes`.
+        Others: as in :func:`run_episodes` (``pool`` and ``task`` may be None when ``protocol`` is an env).
 
     Returns:
         One list of episodes per coalition, each ordered by example, then sample.
@@ -259,13 +272,122 @@ def run_coalitions(
     Raises:
         TypeError, ValueError: a malformed argument, before any model is built or token generated.
     """
-    # every argument is checked before a model is built or a token generated
-    factory = protocols.get(protocol)
+    run = _prepare_run(protocol, pool, task, coalitions, samples=samples, seed=seed, policies=policies,
+                       batch_size=batch_size, sampling=sampling, examples=examples, options=options,
+                       record=record, memo=memo)
+    slots = [slot for coalition in coalitions for slot in _start_slots(run, coalition)]
+    protocol_name = slots[0].env.metadata["name"] if slots else getattr(run.factory, "__name__", str(protocol))
+    if slots:
+        _check_sampled_agents(run.sampling, slots[0].env, protocol_name)
+    what = f"{len(slots)} episodes" + (f" of {len(coalitions)} coalitions" if len(coalitions) > 1 else "")
+    _play(run, slots, description=f"{protocol_name}, {what}", progress=progress)
+    episodes = [slot.episode(protocol_name, run.seed) for slot in slots]
+    per = len(run.examples) * run.samples
+    return [episodes[k * per : (k + 1) * per] for k in range(len(coalitions))]
+
+
+@dataclass
+class _Run:
+    """One call's checked settings: what every episode of it plays with."""
+
+    factory: ProtocolFactory
+    pool: Pool
+    task: Task
+    options: dict[str, Any]
+    examples: list[Example]
+    samples: int
+    seed: int
+    batch_size: int | None
+    sampling: SamplingParams | Mapping[str, SamplingParams] | None
+    policies: dict[str, Agent]
+    recorded: set[str]
+    memo: RequestMemo | None
+
+
+@dataclass
+class _Slot:
+    """One episode in play: its env, question and sample, what was said and spent, and the answers
+    of the current phase until the env is stepped."""
+
+    env: ProtocolEnv
+    example: Example
+    sample: int
+    transcript: list[TurnRecord] = field(default_factory=list)
+    usage: dict[str, Usage] = field(default_factory=dict)
+    actions: dict[str, str] = field(default_factory=dict)
+    finish_reasons: dict[str, str] = field(default_factory=dict)
+
+    def record(self, agent_id: str, model: Agent, request: Request, gen: Generation, *, generated: bool,
+               keep_tokens: bool) -> None:
+        """One answer of the current phase: kept for the step, the transcript and the usage."""
+        self.actions[agent_id] = gen.text
+        self.finish_reasons[agent_id] = gen.finish_reason
+        self.transcript.append(
+            TurnRecord(
+                phase=request.context.phase_index,
+                phase_name=request.context.phase,
+                agent=agent_id,
+                model=model.name,
+                messages=request.messages,
+                text=gen.text[: self.env.max_action_chars],
+                prompt_token_ids=gen.prompt_token_ids if keep_tokens else None,
+                token_ids=gen.token_ids if keep_tokens else None,
+                logprobs=gen.logprobs if keep_tokens else None,
+                finish_reason=gen.finish_reason,
+            )
+        )
+        self.usage.setdefault(agent_id, Usage()).add(
+            Usage(1, gen.prompt_tokens, gen.completion_tokens, gen.seconds, int(generated),
+                  gen.completion_tokens if generated else 0))
+
+    def step(self) -> bool:
+        """Step the env with the phase's answers; whether the episode goes on."""
+        self.env.step(self.actions, finish_reasons=self.finish_reasons)
+        self.actions, self.finish_reasons = {}, {}
+        return bool(self.env.agents)
+
+    def episode(self, protocol_name: str, seed: int) -> Episode:
+        """The finished episode."""
+        outcome = self.env.outcome
+        return Episode(
+            protocol=protocol_name,
+            example_id=self.example.id,
+            sample=self.sample,
+            coalition=list(self.env.members),
+            score=float(outcome.score),
+            answer=outcome.answer,
+            reference=self.example.answer,
+            answers=dict(outcome.answers),
+            standalone=dict(outcome.standalone),
+            transcript=self.transcript,
+            usage=self.usage,
+            seed=seed,
+        )
+
+
+def _prepare_run(
+    protocol: ProtocolFactory | str | ProtocolEnv,
+    pool: Pool | Sequence[Agent | str] | str | None,
+    task: Task | str | None,
+    coalitions: Any,
+    *,
+    samples: Any,
+    seed: Any,
+    policies: Any,
+    batch_size: Any,
+    sampling: Any,
+    examples: Sequence[int | str] | None,
+    options: Any,
+    record: Sequence[str] | None,
+    memo: Any,
+) -> _Run:
+    """Every argument checked, then the pool, the task, the examples and the policies built: nothing
+    generates a token before this has passed."""
+    factory, pool, task, options = _protocol_parts(protocol, pool, task, options)
     samples = check_int("samples", samples, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
     seed = check_int("seed", seed)
-    if options is not None and not isinstance(options, Mapping):
-        raise ConfigTypeError(f"options must be a dict of protocol options (e.g. {{'rounds': 3}}), got {type(options).__name__}")
+    _check_options_type(options)
     options = dict(options or {})
     protocols.check_options(factory, options)
     _check_sampling(sampling)
@@ -275,6 +397,9 @@ def run_coalitions(
         raise ConfigTypeError(f"memo must be a crl_envs.runner.RequestMemo or None, got {type(memo).__name__}")
     if isinstance(coalitions, (str, bytes)) or not isinstance(coalitions, Sequence):
         raise ConfigTypeError(f"coalitions must be a list of coalitions (each a list of members or None), got {coalitions!r}")
+    if pool is None or task is None:
+        raise ConfigTypeError(f"run_episodes needs a pool and a task (got pool={pool!r}, task={task!r}), or an env "
+                              f"as the protocol, e.g. run_episodes(crl_envs.debate_v0(pool, task, rounds=2))")
     pool = pool if isinstance(pool, Pool) else make_pool(pool)
     task = task if isinstance(task, Task) else task_registry.load(task)
     unknown = set(policies or {}) - set(pool.ids)
@@ -283,138 +408,125 @@ def run_coalitions(
     chosen = _select_examples(task, examples)
     policies = {agent_id: _policy(agent_id, p) for agent_id, p in (policies or {}).items()}
     recorded = set(record) if record is not None else set(policies)
+    return _Run(factory=factory, pool=pool, task=task, options=options, examples=chosen, samples=samples, seed=seed,
+                batch_size=batch_size, sampling=sampling, policies=policies, recorded=recorded, memo=memo)
 
-    envs: list[ProtocolEnv] = []
-    keys: list[tuple[Example, int]] = []
-    obs_infos = []
-    for coalition in coalitions:
-        for ex in chosen:
-            for s in range(samples):
-                env = factory(pool, task, **options)
-                _, infos = env.reset(seed=stable_hash(seed, ex.id, s) % (2**32),
-                                     options={"coalition": coalition, "example": ex})
-                envs.append(env)
-                keys.append((ex, s))
-                obs_infos.append(infos)
-    protocol_name = envs[0].metadata["name"] if envs else getattr(factory, "__name__", str(protocol))
-    if envs and isinstance(sampling, Mapping):
-        stray = set(sampling) - set(envs[0].possible_agents)
+
+def _protocol_parts(protocol: Any, pool: Any, task: Any, options: Any) -> tuple[ProtocolFactory, Any, Any, Any]:
+    """``(factory, pool, task, options)``: the arguments as given for a factory or a protocol name; for
+    an env (a template), the factory, pool, task and options that made it."""
+    if not isinstance(protocol, ProtocolEnv):
+        return protocols.get(protocol), pool, task, options
+    _check_options_type(options)
+    made = protocol.env_options
+    conflicts = [name for name, given, own in (("pool", pool, protocol.pool), ("task", task, protocol.task))
+                 if given is not None and not _same(given, own)]
+    differing = sorted(k for k in (options or {}) if k not in made or not _same(options[k], made[k]))
+    if differing:
+        conflicts.append(f"options {differing}")
+    if conflicts:
+        name = protocol.metadata["name"]
+        raise ConfigError(f"the protocol is a {name} env, which plays its own pool, task and options; these "
+                          f"arguments differ from the env's: {', '.join(conflicts)}. Pass the env alone, or "
+                          f"crl_envs.{name} with pool, task and options")
+    cls = type(protocol)
+    factory = next((f for f in protocols.PROTOCOLS.values() if protocols.env_class(f) is cls), cls)
+    return factory, protocol.pool, protocol.task, made
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two arguments are the same (``==`` where it gives one truth value: a pool of the same
+    agents is the env's pool)."""
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # e.g. numpy arrays: no single truth value, so not known to be the same
+        return False
+
+
+def _check_options_type(options: Any) -> None:
+    if options is not None and not isinstance(options, Mapping):
+        raise ConfigTypeError(f"options must be a dict of protocol options (e.g. {{'rounds': 3}}), got {type(options).__name__}")
+
+
+def _start_slots(run: _Run, coalition: Sequence[str | int] | None) -> list[_Slot]:
+    """One reset env per (example, sample) of ``coalition``, in that order; an episode's env seed
+    derives from the run's seed, the example and the sample alone."""
+    slots = []
+    for example in run.examples:
+        for sample in range(run.samples):
+            env = run.factory(run.pool, run.task, **run.options)
+            env.reset(seed=stable_hash(run.seed, example.id, sample) % (2**32),
+                      options={"coalition": coalition, "example": example})
+            slots.append(_Slot(env, example, sample))
+    return slots
+
+
+def _check_sampled_agents(sampling: Any, env: ProtocolEnv, protocol_name: str) -> None:
+    """Per-agent ``sampling`` may name only the protocol's agents."""
+    if isinstance(sampling, Mapping):
+        stray = set(sampling) - set(env.possible_agents)
         if stray:
             raise ConfigError(f"sampling names unknown agents {sorted(stray)}; agents of {protocol_name} are "
-                             f"{envs[0].possible_agents}")
+                             f"{env.possible_agents}")
 
-    transcripts: list[list[TurnRecord]] = [[] for _ in envs]
-    usages: list[dict[str, Usage]] = [{} for _ in envs]
-    live = list(range(len(envs)))
+
+def _play(run: _Run, slots: list[_Slot], *, description: str, progress: bool) -> None:
+    """Play every slot to its end, phase by phase: each phase one batched call per model across the
+    live slots, then every live slot stepped.
+
+    The bar counts generated tokens, after every model's batched call: in lockstep every episode ends
+    in the last phase, so a count of finished episodes would sit at 0 and then jump to the end."""
     fingerprints: dict[int, str] = {}  # per model, once per call (an HF fingerprint hashes the weights)
-    # The bar counts generated tokens, after every model's batched call: in lockstep every episode
-    # ends in the last phase, so a count of finished episodes would sit at 0 and then jump to the end.
-    what = f"{len(envs)} episodes" + (f" of {len(coalitions)} coalitions" if len(coalitions) > 1 else "")
-    bar = tqdm(desc=f"{protocol_name}, {what}", unit="tok", unit_scale=True, disable=not progress, leave=False)
-    finished = 0
+    bar = tqdm(desc=description, unit="tok", unit_scale=True, disable=not progress, leave=False)
+    live, finished = list(slots), 0
     while live:
-        phase_names = sorted({obs_infos[i][a]["phase"] for i in live for a in obs_infos[i] if obs_infos[i][a].get("active")})
-        bar.set_postfix_str(f"phase {'/'.join(phase_names)}, {finished}/{len(envs)} episodes done")
-        # 1. every active agent's prompt across live instances; 2. one batched call per Agent
-        items = [
-            (i, agent_id, model, req)
-            for i in live
-            for agent_id, model, req in phase_requests(
-                envs[i], obs_infos[i], keys[i][0], keys[i][1], seed=seed, policies=policies, sampling=sampling
-            )
-        ]
+        calls = [(slot, *call) for slot in live for call in phase_requests(
+            slot.env, None, slot.example, slot.sample, seed=run.seed, policies=run.policies, sampling=run.sampling)]
+        phase_names = sorted({request.context.phase for *_, request in calls})
+        bar.set_postfix_str(f"phase {'/'.join(phase_names)}, {finished}/{len(slots)} episodes done")
         gens, fresh = _generate(
-            [(model, req) for _, _, model, req in items], batch_size=batch_size,
-            on_batch=lambda done: bar.update(sum(g.completion_tokens for g in done)), memo=memo,
+            [(model, request) for _, _, model, request in calls], batch_size=run.batch_size,
+            on_batch=lambda done: bar.update(sum(g.completion_tokens for g in done)), memo=run.memo,
             fingerprints=fingerprints)
-        actions: dict[int, dict[str, str]] = {i: {} for i in live}
-        finish_reasons: dict[int, dict[str, str]] = {i: {} for i in live}
-        for (i, agent_id, model, req), gen, new in zip(items, gens, fresh):
-            actions[i][agent_id] = gen.text
-            finish_reasons[i][agent_id] = gen.finish_reason
-            env = envs[i]
-            keep = agent_id in recorded
-            transcripts[i].append(
-                TurnRecord(
-                    phase=req.metadata["phase_index"],
-                    phase_name=req.metadata["phase"],
-                    agent=agent_id,
-                    model=model.name,
-                    messages=req.messages,
-                    text=gen.text[: env.max_action_chars],
-                    prompt_token_ids=gen.prompt_token_ids if keep else None,
-                    token_ids=gen.token_ids if keep else None,
-                    logprobs=gen.logprobs if keep else None,
-                    finish_reason=gen.finish_reason,
-                )
-            )
-            u = usages[i].setdefault(agent_id, Usage())
-            u.add(Usage(1, gen.prompt_tokens, gen.completion_tokens, gen.seconds, int(new),
-                        gen.completion_tokens if new else 0))
-        # 3. step every live instance
-        still = []
-        for i in live:
-            _, _, terms, truncs, infos = envs[i].step(actions[i], finish_reasons=finish_reasons[i])
-            if envs[i].agents:
-                obs_infos[i] = infos
-                still.append(i)
-            else:
-                finished += 1
+        for (slot, agent_id, model, request), gen, generated in zip(calls, gens, fresh):
+            slot.record(agent_id, model, request, gen, generated=generated, keep_tokens=agent_id in run.recorded)
+        still = [slot for slot in live if slot.step()]
+        finished += len(live) - len(still)
         live = still
-    bar.set_postfix_str(f"{finished}/{len(envs)} episodes done")
+    bar.set_postfix_str(f"{finished}/{len(slots)} episodes done")
     bar.close()
-
-    episodes = []
-    for i, env in enumerate(envs):
-        ex, s = keys[i]
-        o = env.outcome
-        episodes.append(
-            Episode(
-                protocol=protocol_name,
-                example_id=ex.id,
-                sample=s,
-                coalition=list(env.members),
-                score=float(o.score),
-                answer=o.answer,
-                reference=ex.answer,
-                answers=dict(o.answers),
-                standalone=dict(o.standalone),
-                transcript=transcripts[i],
-                usage=usages[i],
-                seed=seed,
-            )
-        )
-    per = len(chosen) * samples
-    return [episodes[k * per : (k + 1) * per] for k in range(len(coalitions))]
 
 
 def phase_requests(
     env: ProtocolEnv,
-    infos: Mapping[str, Mapping[str, Any]],
-    example: Example,
+    infos: Mapping[str, Any] | None = None,
+    example: Example | None = None,
     sample: int = 0,
     *,
     seed: int = 0,
     policies: Mapping[str, Agent | str] | None = None,
     sampling: SamplingParams | Mapping[str, SamplingParams] | None = None,
 ) -> list[tuple[str, Agent, Request]]:
-    """``(agent id, model, request)`` for every agent active in ``env``'s current phase.
+    """``(agent id, model, request)`` for every turn ``env``'s current phase waits for
+    (:meth:`ProtocolEnv.pending_turns`), in the env's agent order.
 
-    A request's sampling seed derives from (seed, example, sample, agent, phase), never from batching.
+    ``infos`` (keyed by agent id, e.g. PettingZoo's infos less the agent a trainer plays) narrows the
+    turns to the agents it names; ``example`` defaults to ``env.example``. A request's sampling seed
+    derives from (seed, example, sample, agent, phase), never from batching.
     """
+    example = env.example if example is None else example
     out = []
-    for agent_id, info in infos.items():
-        if not info.get("active"):
+    for turn in env.pending_turns():
+        if infos is not None and turn.agent_id not in infos:
             continue
-        model = (policies or {}).get(agent_id) or env.agent_for(agent_id)
-        seed_k = stable_hash(seed, example.id, sample, agent_id, info["phase_index"]) % (2**63)
-        request = Request(
-            messages=info["messages"],
-            sampling=_sampling_for(sampling, agent_id).with_seed(seed_k),
-            metadata={"example": example, "protocol": env.metadata["name"], "phase": info["phase"],
-                      "phase_index": info["phase_index"], "agent_id": agent_id, "sample": sample},
-        )
-        out.append((agent_id, model, request))
+        model = (policies or {}).get(turn.agent_id) or env.agent_for(turn.agent_id)
+        seed_k = stable_hash(seed, example.id, sample, turn.agent_id, turn.phase_index) % (2**63)
+        context = RequestContext(example=example, protocol=env.metadata["name"], phase=turn.phase,
+                                 phase_index=turn.phase_index, agent_id=turn.agent_id, sample=sample)
+        out.append((turn.agent_id, model,
+                    Request(turn.messages, _sampling_for(sampling, turn.agent_id).with_seed(seed_k), context=context)))
     return out
 
 
@@ -477,14 +589,13 @@ def _generate(
             try:
                 gens = model.generate(requests)
             except Exception as e:
-                first_meta = requests[0].metadata
+                first = requests[0].context
                 # a failure the model surfaced (its message names the fix) stays a library error; anything
                 # else is a bug and keeps its traceback, chained under this line
                 failed = ModelError if isinstance(e, (CrlEnvsError, OSError)) else RuntimeError
                 raise failed(
-                    f"agent {first_meta.get('agent_id')} ({model.name}) failed on a batch of {len(requests)} requests "
-                    f"(first example {getattr(first_meta.get('example'), 'id', None)!r}, phase "
-                    f"{first_meta.get('phase')!r}): {e}"
+                    f"agent {first.agent_id} ({model.name}) failed on a batch of {len(requests)} requests "
+                    f"(first example {getattr(first.example, 'id', None)!r}, phase {first.phase!r}): {e}"
                 ) from e
             share = (time.perf_counter() - t0) / len(requests)
             for k, g in zip(chunk, gens):

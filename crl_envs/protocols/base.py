@@ -62,6 +62,19 @@ class Outcome:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PendingTurn:
+    """One turn the env waits for: an active agent of the current phase and the chat it answers.
+
+    The typed view of what PettingZoo's ``infos[agent_id]`` says of an active agent (``"phase"``,
+    ``"phase_index"``, ``"messages"``); see :meth:`ProtocolEnv.pending_turns`."""
+
+    agent_id: str
+    phase: str
+    phase_index: int
+    messages: list[Message]
+
+
 @dataclass
 class Turn:
     """One agent's action in one phase."""
@@ -108,6 +121,13 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
     empty_value: float = 0.0
     #: The method family (a key of :data:`crl_envs.protocols.FAMILIES`): how the models collaborate.
     FAMILY: str = ""
+
+    def __new__(cls, *args: Any, **options: Any) -> ProtocolEnv:
+        """Keep the keyword options the env is made with (:attr:`env_options`), whatever subclass
+        ``__init__`` consumes them, so that ``run_episodes`` can play more episodes of the same env."""
+        env = super().__new__(cls)
+        env._made_with = {k: v for k, v in options.items() if k not in ("pool", "task")}
+        return env
 
     def __init__(
         self,
@@ -171,6 +191,12 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         unknown = [k for k in options if k not in valid]
         if unknown:
             raise ConfigError(unknown_option_message(cls.metadata["name"], unknown, valid, cls.NOT_OPTIONS))
+
+    @property
+    def env_options(self) -> dict[str, Any]:
+        """The keyword options this env was made with, as given (e.g. ``{"rounds": 3}``): with
+        :attr:`pool` and :attr:`task` they make the same env again."""
+        return dict(self.__dict__.get("_made_with", {}))
 
     def coalition_context(self, members: Sequence[str]) -> Any:
         """What this env derives from the rest of the pool that changes how ``members`` play; ``None``
@@ -330,6 +356,15 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         """The current phase (``None`` once the episode ended)."""
         return self._phase
 
+    def pending_turns(self) -> list[PendingTurn]:
+        """The turns the current phase waits for, in :attr:`agents` order (the order of ``infos``):
+        exactly the agents ``infos`` marks active. Empty before ``reset`` and once the episode ended."""
+        if self._phase is None:
+            return []
+        prompts = self._phase.prompts
+        return [PendingTurn(a, self._phase.name, self._phase_index, prompts[a])
+                for a in self.agents if prompts.get(a) is not None]
+
     # ------------------------------------------------------------------ internals
     def _resolve_coalition(self, coalition: Sequence[str | int] | None) -> list[str]:
         if coalition is None:
@@ -388,8 +423,9 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
     def _observe(self):
         assert self._phase is not None
         obs, infos = {}, {}
+        pending = {turn.agent_id: turn.messages for turn in self.pending_turns()}
         for a in self.agents:
-            msgs = self._phase.prompts.get(a)
+            msgs = pending.get(a)
             obs[a] = {"prompt": render_messages(msgs)[:MAX_OBSERVATION_CHARS] if msgs else ""}
             infos[a] = {
                 "active": msgs is not None,
@@ -447,5 +483,5 @@ def speaker_stops(n_agents: int, label: str = "Agent") -> list[str]:
     return [f"\n{label} {k}:" for k in range(1, n_agents + 1)]
 
 
-__all__ = ["ProtocolEnv", "Phase", "Outcome", "Turn", "plurality", "render_messages", "format_answers",
+__all__ = ["ProtocolEnv", "Phase", "Outcome", "PendingTurn", "Turn", "plurality", "render_messages", "format_answers",
            "speaker_stops", "MAX_ACTION_CHARS"]
