@@ -105,46 +105,52 @@ def costs_markdown(settings: Sequence[Mapping[str, Any]]) -> str:
     if priced:
         lines += ["### What each model costs (cost Shapley: 1k tokens per question as deployed) and buys "
                   "(compositional value per 1k tokens); CIs over questions", ""]
-        for pool in pools:
-            rows = [s for s in priced if s["pool"] == pool]
-            if not rows:
-                continue
-            lines += [f"**{pool}**", "", "| setting | grand coalition (1k tok) | most cost-effective | "
-                      "least cost-effective | costliest model |", "|---|---|---|---|---|"]
-            for s in rows:
-                ratio = {k: v["mean"] for k, v in s["value_per_1k"].items() if v["mean"] is not None}
-                best = max(ratio, key=ratio.get) if ratio else None
-                worst = min(ratio, key=ratio.get) if ratio else None
-                cost = s["cost"]["mean"]
-                dear = max(cost, key=cost.get)
-                lo, hi = s["cost"]["ci"][dear]
-                lines.append(f"| {_where(s, seeds)} | {s['cost']['grand_coalition']:.3f} | {_ratio(s, best)} | "
-                             f"{_ratio(s, worst)} | {dear} {cost[dear]:.3f} [{lo:.3f}, {hi:.3f}] |")
-            lines.append("")
+        lines += _per_pool_tables(pools, priced, ["setting", "grand coalition (1k tok)", "most cost-effective",
+                                                  "least cost-effective", "costliest model"],
+                                  lambda s: _cost_row(s, seeds))
         if len(priced) < len(settings):
             lines += [f"{len(settings) - len(priced)} settings carry no costs (cells run before costs were kept).", ""]
     found = [s for s in settings if s.get("interactions", {}).get("pairs")]
     if found:
         lines += ["### Pairwise interactions (SII; < 0 redundant, > 0 synergy; CIs over questions)", ""]
-        for pool in pools:
-            rows = [s for s in found if s["pool"] == pool]
-            if not rows:
-                continue
-            lines += [f"**{pool}**", "", "| setting | pairs | CI below 0 | CI above 0 | most redundant | "
-                      "most synergistic |", "|---|---|---|---|---|---|"]
-            for s in rows:
-                pairs = s["interactions"]["pairs"]
-                below = sum(p["ci"][1] < -TOLERANCE for p in pairs) / len(pairs)
-                above = sum(p["ci"][0] > TOLERANCE for p in pairs) / len(pairs)
-                low, high = min(pairs, key=lambda p: p["mean"]), max(pairs, key=lambda p: p["mean"])
-                lines.append(f"| {_where(s, seeds)} | {len(pairs)} | {below:.0%} | {above:.0%} | {_pair(low)} | "
-                             f"{_pair(high)} |")
-            lines.append("")
+        lines += _per_pool_tables(pools, found, ["setting", "pairs", "CI below 0", "CI above 0", "most redundant",
+                                                 "most synergistic"], lambda s: _interaction_row(s, seeds))
     skipped = [s for s in settings if "skipped" in s.get("interactions", {})]
     if skipped:
         reasons = dict.fromkeys(s["interactions"]["skipped"] for s in skipped)
         lines.append(f"Interactions skipped in {len(skipped)} settings: " + "; ".join(reasons) + ".")
     return "\n".join(lines).rstrip()
+
+
+def _per_pool_tables(pools: Sequence[str], settings: Sequence[Mapping[str, Any]], header: Sequence[str],
+                     row: Any) -> list[str]:
+    """One markdown table per pool that has settings: a bold pool name, ``header``, ``row(setting)`` per setting."""
+    lines: list[str] = []
+    for pool in pools:
+        rows = [s for s in settings if s["pool"] == pool]
+        if rows:
+            lines += [f"**{pool}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += [row(s) for s in rows] + [""]
+    return lines
+
+
+def _cost_row(s: Mapping[str, Any], seeds: bool) -> str:
+    ratio = {k: v["mean"] for k, v in s["value_per_1k"].items() if v["mean"] is not None}
+    best = max(ratio, key=ratio.get) if ratio else None
+    worst = min(ratio, key=ratio.get) if ratio else None
+    cost = s["cost"]["mean"]
+    dear = max(cost, key=cost.get)
+    lo, hi = s["cost"]["ci"][dear]
+    return (f"| {_where(s, seeds)} | {s['cost']['grand_coalition']:.3f} | {_ratio(s, best)} | "
+            f"{_ratio(s, worst)} | {dear} {cost[dear]:.3f} [{lo:.3f}, {hi:.3f}] |")
+
+
+def _interaction_row(s: Mapping[str, Any], seeds: bool) -> str:
+    pairs = s["interactions"]["pairs"]
+    below = sum(p["ci"][1] < -TOLERANCE for p in pairs) / len(pairs)
+    above = sum(p["ci"][0] > TOLERANCE for p in pairs) / len(pairs)
+    low, high = min(pairs, key=lambda p: p["mean"]), max(pairs, key=lambda p: p["mean"])
+    return f"| {_where(s, seeds)} | {len(pairs)} | {below:.0%} | {above:.0%} | {_pair(low)} | {_pair(high)} |"
 
 
 def _ratio(s: Mapping[str, Any], key: str | None) -> str:
