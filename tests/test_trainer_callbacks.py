@@ -15,7 +15,7 @@ from crl_envs import tasks
 from trainers import CRLConfig, CRLTrainer, TrainerCallback
 from trainers.callbacks import MetricsFileCallback, ProgressCallback, TrackersCallback
 
-SMALL = dict(steps=2, questions_per_step=2, num_generations=2, max_new_tokens=8, learning_rate=1e-3, progress=False,
+SMALL = dict(steps=2, questions_per_step=2, num_generations=2, max_new_tokens=8, learning_rate=1e-4, progress=False,
              seed=1)
 ROOKIES = ["model_1", "model_2"]
 

@@ -125,7 +125,7 @@ class ShapleyCreditTrainer(PolicyGradientTrainer):
         once and trains the learners in it. Sampled: each learner's own draws, played with only that learner
         sampling."""
         training = self._training_now(training)
-        plays: list[tuple[list[str], list[str], dict[str, float]]] = []  # (members, training, weight per learner)
+        plays: list[tuple[list[str], list[str], dict[str, float]]] = []  # (members, learners recorded, weight per learner)
         if self.config.coalitions_per_question is None:
             seen: dict[tuple[str, ...], dict[str, float]] = {}
             for j in training:
@@ -138,8 +138,8 @@ class ShapleyCreditTrainer(PolicyGradientTrainer):
             plays = [(members, [j], {j: weight}) for j in training for members, weight in self.coalitions(seed, j)]
         episodes, all_rewards, all_index = [], [], []
         views = {j: ([], [], [], []) for j in training}  # episodes, rewards, index, weights
-        for draw, (members, training, weights) in enumerate(plays):
-            played = self.play(examples, seed + draw, coalition=members, training=training)
+        for draw, (members, recorded, weights) in enumerate(plays):
+            played = self.play(examples, seed + draw, coalition=members, training=recorded)
             r, idx = self.group(played, [ep.score for ep in played], len(examples))
             all_index.extend([[len(episodes) + e for e in group] for group in idx])
             all_rewards.append(r)
