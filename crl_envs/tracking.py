@@ -12,6 +12,9 @@ Every tracker works offline and writes next to the run (``directory``):
 
 MLflow, trackio and W&B come with ``pip install 'crl-envs[trackers]'``; they are imported only when a
 tracker of theirs is opened. Metrics that are not finite numbers are not sent (trackers disagree on NaN).
+
+A trainer opens them through its callbacks (``trainers.callbacks.TrackersCallback``: one run per ``fit()``, ended
+with its status); a study opens one run for its tables.
 """
 
 from __future__ import annotations

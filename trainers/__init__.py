@@ -10,22 +10,14 @@
 - :func:`crossplay` / :func:`trainer_crossplay` — each trained learner with partners it trained with vs partners it never trained with.
 - :class:`PlaceboTrainer` — C-RL's rollouts and updates on coin-flip rewards: the control every comparison shows.
 - :mod:`trainers.controls` — the system without the learner, parse and verdict rates, the learning-rate bound.
+- :mod:`trainers.callbacks` — :class:`TrainerCallback`: the progress bar, metrics.jsonl and the trackers around ``fit()``, and yours.
 - :func:`compare` — before/after evaluations -> Δ accuracy with paired bootstrap CIs, printed in points.
 """
 
 from trainers.advantages import ADVANTAGES, compute_advantages, register_advantage
-from trainers.base import (
-    EvalResult,
-    Improvement,
-    PairedCI,
-    PolicyGradientTrainer,
-    RolloutBatch,
-    Trainer,
-    compare,
-    evaluate_policy,
-    paired_bootstrap_ci,
-)
+from trainers.base import PolicyGradientTrainer, RolloutBatch, Trainer
 from trainers.baselines import GRPOTrainer, LOORewardTrainer, ShapleyCreditTrainer, shapley_weight
+from trainers.callbacks import TrainerCallback
 from trainers.config import (
     CRLConfig,
     GRPOConfig,
@@ -37,6 +29,14 @@ from trainers.config import (
 )
 from trainers.crl import CRLTrainer
 from trainers.crossplay import CrossPlay, LearnerCrossPlay, crossplay, trainer_crossplay
+from trainers.evaluation import (
+    EvalResult,
+    Improvement,
+    PairedCI,
+    compare,
+    evaluate_policy,
+    paired_bootstrap_ci,
+)
 from trainers.losses import LOSSES, LossInputs, clipped_token_loss, register_loss
 from trainers.placebo import PlaceboTrainer, placebo_rewards
 from trainers.rollout import LearnerSequence, learner_sequences, rollout_episodes, token_logprobs
@@ -53,5 +53,5 @@ __all__ = [
     "CRLConfig", "GRPOConfig", "LoraSettings", "LOORewardConfig", "ShapleyCreditConfig", "TrainerConfig",
     "CRLTrainer", "LOSSES", "LossInputs", "clipped_token_loss", "register_loss", "LearnerSequence",
     "learner_sequences", "rollout_episodes", "token_logprobs", "TRAINERS", "ROSTER", "CrossPlay", "LearnerCrossPlay",
-    "crossplay", "trainer_crossplay", "PlaceboTrainer", "PlaceboConfig", "placebo_rewards",
+    "crossplay", "trainer_crossplay", "PlaceboTrainer", "PlaceboConfig", "placebo_rewards", "TrainerCallback",
 ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -34,8 +35,9 @@ class GRPOTrainer(PolicyGradientTrainer):
     config_class = GRPOConfig
     plays_system = False
 
-    def collect(self, examples: list[str], seed: int) -> RolloutBatch:
-        episodes = self.play(examples, seed, protocol="vote", coalition=[self.learner])
+    def collect(self, examples: list[str], seed: int, training: Sequence[str] | None = None) -> RolloutBatch:
+        episodes = self.play(examples, seed, protocol="vote", coalition=[self.learner],
+                             training=self._training_now(training))
         rewards, index = self.group(episodes, [ep.score for ep in episodes], len(examples))
         return RolloutBatch(episodes, rewards, index, rollouts=len(episodes))
 
@@ -52,12 +54,13 @@ class LOORewardTrainer(PolicyGradientTrainer):
     multi_learner = True
     episodes_per_question = 1.125  # G + counterfactual_samples (1) per question, G = 8
 
-    def collect(self, examples: list[str], seed: int) -> RolloutBatch:
-        episodes = self.play(examples, seed)
+    def collect(self, examples: list[str], seed: int, training: Sequence[str] | None = None) -> RolloutBatch:
+        training = self._training_now(training)
+        episodes = self.play(examples, seed, training=training)
         rewards, index = self.group(episodes, [ep.score for ep in episodes], len(examples))
         played = len(episodes)
         counterfactuals = {}
-        for j in self.training:
+        for j in training:
             others = [a for a in self.pool.ids if a != j]
             if others:
                 samples = self.config.counterfactual_samples
@@ -69,8 +72,8 @@ class LOORewardTrainer(PolicyGradientTrainer):
             else:
                 counterfactuals[j] = torch.full((len(examples),), float(self.protocol(self.pool, self.task).empty_value),
                                                 dtype=torch.float64)
-        if len(self.training) == 1:
-            return RolloutBatch(episodes, rewards, index, context={"counterfactual": counterfactuals[self.training[0]]},
+        if len(training) == 1:
+            return RolloutBatch(episodes, rewards, index, context={"counterfactual": counterfactuals[training[0]]},
                                 rollouts=played)
         views = {j: RolloutBatch(episodes, rewards, index, context={"counterfactual": c}) for j, c in counterfactuals.items()}
         return RolloutBatch(episodes, rewards, index, rollouts=played, per_learner=views)
@@ -117,24 +120,26 @@ class ShapleyCreditTrainer(PolicyGradientTrainer):
     def _ordered(self, members: list[str]) -> list[str]:
         return [a for a in self.pool.ids if a in set(members)]
 
-    def collect(self, examples: list[str], seed: int) -> RolloutBatch:
-        """Exact: every coalition containing a learner of :attr:`training` is played once and trains the
-        learners in it. Sampled: each learner's own draws, played with only that learner sampling."""
-        plays: list[tuple[list[str], list[str], dict[str, float]]] = []  # (members, training, weight per learner)
+    def collect(self, examples: list[str], seed: int, training: Sequence[str] | None = None) -> RolloutBatch:
+        """Exact: every coalition containing a learner of ``training`` (default :attr:`training`) is played
+        once and trains the learners in it. Sampled: each learner's own draws, played with only that learner
+        sampling."""
+        training = self._training_now(training)
+        plays: list[tuple[list[str], list[str], dict[str, float]]] = []  # (members, learners recorded, weight per learner)
         if self.config.coalitions_per_question is None:
             seen: dict[tuple[str, ...], dict[str, float]] = {}
-            for j in self.training:
+            for j in training:
                 for members, weight in self.coalitions(seed, j):
                     if tuple(members) not in seen:
                         seen[tuple(members)] = {}
-                        plays.append((members, [a for a in self.training if a in members], seen[tuple(members)]))
+                        plays.append((members, [a for a in training if a in members], seen[tuple(members)]))
                     seen[tuple(members)][j] = weight
         else:
-            plays = [(members, [j], {j: weight}) for j in self.training for members, weight in self.coalitions(seed, j)]
+            plays = [(members, [j], {j: weight}) for j in training for members, weight in self.coalitions(seed, j)]
         episodes, all_rewards, all_index = [], [], []
-        views = {j: ([], [], [], []) for j in self.training}  # episodes, rewards, index, weights
-        for draw, (members, training, weights) in enumerate(plays):
-            played = self.play(examples, seed + draw, coalition=members, training=training)
+        views = {j: ([], [], [], []) for j in training}  # episodes, rewards, index, weights
+        for draw, (members, recorded, weights) in enumerate(plays):
+            played = self.play(examples, seed + draw, coalition=members, training=recorded)
             r, idx = self.group(played, [ep.score for ep in played], len(examples))
             all_index.extend([[len(episodes) + e for e in group] for group in idx])
             all_rewards.append(r)
@@ -147,6 +152,6 @@ class ShapleyCreditTrainer(PolicyGradientTrainer):
                 w.extend([weight] * len(examples))
         batches = {j: RolloutBatch(eps, torch.cat(rewards), index, context={"weights": torch.tensor(w, dtype=torch.float64)},
                                    rollouts=len(episodes)) for j, (eps, rewards, index, w) in views.items()}
-        if len(self.training) == 1:
-            return batches[self.training[0]]
+        if len(training) == 1:
+            return batches[training[0]]
         return RolloutBatch(episodes, torch.cat(all_rewards), all_index, rollouts=len(episodes), per_learner=batches)

@@ -13,6 +13,8 @@ optimizer and checkpoint files. Still no extra rollouts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trainers.base import PolicyGradientTrainer, RolloutBatch
 from trainers.config import CRLConfig
 
@@ -34,7 +36,7 @@ class CRLTrainer(PolicyGradientTrainer):
     config_class = CRLConfig
     multi_learner = True
 
-    def collect(self, examples: list[str], seed: int) -> RolloutBatch:
-        episodes = self.play(examples, seed)
+    def collect(self, examples: list[str], seed: int, training: Sequence[str] | None = None) -> RolloutBatch:
+        episodes = self.play(examples, seed, training=self._training_now(training))
         rewards, index = self.group(episodes, [ep.score for ep in episodes], len(examples))
         return RolloutBatch(episodes, rewards, index, rollouts=len(episodes))

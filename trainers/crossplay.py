@@ -28,9 +28,9 @@ import numpy as np
 
 from agents import Agent, Pool, SamplingParams
 from crl_envs.runner import run_episodes
+from crl_envs.stats import PairedCI, paired_bootstrap_ci
 from crl_envs.tasks import Task
 from crl_kit.errors import ConfigError
-from trainers.base import PairedCI, paired_bootstrap_ci
 
 
 @dataclass

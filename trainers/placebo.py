@@ -10,6 +10,8 @@ placebo gains too is the optimiser moving the weights (issue #46: at lr 1e-3 a p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -36,7 +38,7 @@ class PlaceboTrainer(CRLTrainer):
 
     config_class = PlaceboConfig
 
-    def collect(self, examples: list[str], seed: int) -> RolloutBatch:
-        batch = super().collect(examples, seed)
+    def collect(self, examples: list[str], seed: int, training: Sequence[str] | None = None) -> RolloutBatch:
+        batch = super().collect(examples, seed, training)
         drawn = placebo_rewards(batch.rewards, self.config.rewards, stable_hash(self.config.seed, "placebo", seed) % 2**32)
         return RolloutBatch(batch.episodes, drawn, batch.index, rollouts=batch.rollouts)

@@ -66,7 +66,7 @@ from crl_envs import tasks as task_registry
 from crl_envs.runner import Episode
 from crl_envs.tasks import Task
 from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError
-from trainers.base import EvalResult, evaluate_policy
+from trainers.evaluation import EvalResult, evaluate_policy
 from trainers.rollout import learner_sequences, rollout_episodes
 
 #: TRL versions this module is tested with (``pyproject.toml``'s ``trl`` extra).
