@@ -98,10 +98,10 @@ class RolloutBatch:
         return self.per_learner.get(learner, self)
 
 
-def _takes_training(collect: Callable[..., Any]) -> bool:
-    """Whether a :meth:`PolicyGradientTrainer.collect` takes ``training`` (a collect written before it did
-    is called without it, and reads :attr:`PolicyGradientTrainer.training`)."""
-    parameters = inspect.signature(collect).parameters.values()
+def _takes_training(method: Callable[..., Any]) -> bool:
+    """Whether an overridden :meth:`PolicyGradientTrainer.collect` or ``advantages`` takes ``training`` (one
+    written before it did is called without it, and reads :attr:`PolicyGradientTrainer.training`)."""
+    parameters = inspect.signature(method).parameters.values()
     return any(p.name == "training" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
@@ -336,7 +336,8 @@ class PolicyGradientTrainer(abc.ABC):
             batch = self.collect(examples, seed)
         rollout_seconds = time.perf_counter() - t0
         self.rollouts += batch.rollouts
-        advantages = self.advantages(batch, training)
+        advantages = self.advantages(batch, training=training) if _takes_training(self.advantages) \
+            else self.advantages(batch)
         own = {j: self._update_learner(j, batch.of(j), advantages[j]) for j in training}
         metrics = self._step_metrics(batch, own, training, rollout_seconds, seconds=time.perf_counter() - t0)
         self.step += 1
