@@ -69,10 +69,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from crl_envs.study.cells import cell_kinds
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
 from crl_envs.study.costs import add_to_settings
 from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate
-from crl_envs.study.runner import environment, load_result, run_cells
+from crl_envs.study.scheduler import environment, load_result, run_cells
 from crl_envs.study.stats import training_tables, valuation_tables
 from crl_envs.study.tables import markdown, plots
 from crl_envs.tracking import open_trackers
@@ -105,12 +106,10 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
              "| cells | count | done | runs to play | episodes | model calls | generated tokens (at most) |",
              "|---|---|---|---|---|---|---|"]
     total = {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0}
-    for kind in ("valuation", "lr_sweep", "baseline", "training", "crossplay"):
-        if kind in rows:
-            r = rows[kind]
-            what = {"valuation": "coalition runs", "crossplay": "trainer fits (restored from checkpoints)"}.get(
-                kind, "trainer fits")
-            lines.append(f"| {kind} | {r['cells']} | {r['done']} | {r['runs']:,.0f} {what} | {r['episodes']:,.0f} | "
+    for cls in cell_kinds():
+        if cls.kind in rows:
+            r, what = rows[cls.kind], cls.runs_unit
+            lines.append(f"| {cls.kind} | {r['cells']} | {r['done']} | {r['runs']:,.0f} {what} | {r['episodes']:,.0f} | "
                          f"{r['calls']:,.0f} | {r['tokens']:,.0f} |")
             for k in total:
                 total[k] += r[k]
@@ -132,7 +131,7 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
                                                           for k, s in several.items()))
         cross = [c for c in planned if c.kind == "crossplay"]
         if cross:
-            per = {c.id.split("/")[1]: c.cost for c in cross}
+            per = {c.spec["setup_label"]: c.cost for c in cross}
             lines.append("crossplay: per cell (each setting once on n_eval questions) " + "; ".join(
                 f"{k}: {c['episodes'] / t.n_eval:.0f} settings, {c['calls']:,.0f} model calls" for k, c in per.items()))
         if probe:

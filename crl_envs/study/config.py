@@ -77,12 +77,11 @@ from pathlib import Path
 from typing import Any
 
 from crl_envs.tracking import check_trackers
+from crl_envs.valuation.estimators import ESTIMATORS, SAMPLED_ESTIMATORS, estimator_for
 from crl_kit.errors import ConfigError
 from crl_kit.validation import did_you_mean, int_problem
 
 SECTIONS = ("study", "pools", "tasks", "protocols", "valuation", "training", "sampling", "executor")
-ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
-EXECUTOR_KINDS = ("local", "processes", "ray")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 #: The longest label: a cell's log file name joins three labels (a file name holds 255 bytes).
 MAX_LABEL = 64
@@ -239,10 +238,8 @@ class ValuationConfig:
         return self.pool_tasks.get(pool, self.tasks)
 
     def estimator_for(self, n: int) -> str:
-        """The estimator for a pool of ``n`` models."""
-        if isinstance(self.estimator, str):
-            return self.estimator
-        return "exact" if n <= self.estimator["exact_up_to"] else self.estimator["larger"]
+        """The estimator for a pool of ``n`` models (:func:`crl_envs.valuation.estimators.estimator_for`)."""
+        return estimator_for(n, self.estimator)
 
 
 @dataclass(frozen=True)
@@ -405,7 +402,7 @@ def _member(key: str, member: Any) -> Any:
 
     if isinstance(member, str):
         prefix, sep, rest = member.partition(":")
-        backends = sorted({*agents.backend_names(), "zoo", "vllm", "openai", "hf"})
+        backends = agents.backend_names()  # importing agents registers every backend (the zoo's included)
         if not sep or not rest:
             raise _error(key, f"malformed agent spec {member!r}; write '<backend>:<model>' with a backend of "
                               f"{', '.join(backends)} (e.g. 'zoo:zoo-small', 'vllm:Qwen/Qwen2.5-7B-Instruct')")
@@ -526,7 +523,7 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
             hint = did_you_mean(str(e), ESTIMATORS)
             raise _error("valuation.estimator", f"unknown estimator {e!r}{hint}; choose one of {', '.join(ESTIMATORS)}")
     budget = spec.get("budget")
-    sampled = any(e in ("permutation", "antithetic") for e in names)
+    sampled = any(e in SAMPLED_ESTIMATORS for e in names)
     if sampled and budget is None:
         raise _error("valuation.budget", "the permutation/antithetic estimators need budget = <permutations>, e.g. 200")
     if budget is not None:
@@ -811,11 +808,13 @@ def _schedule(key: str, value: Any) -> str:
 
 
 def _executor(spec: dict[str, Any]) -> ExecutorConfig:
+    from crl_envs.valuation.executors import EXECUTORS
+
     _unknown_keys("executor", spec, ["kind", "workers", "address", "num_cpus", "coalitions_per_task"])
     kind = spec.get("kind", "local")
-    if kind not in EXECUTOR_KINDS:
-        hint = did_you_mean(str(kind), EXECUTOR_KINDS)
-        raise _error("executor.kind", f"unknown executor {kind!r}{hint}; choose one of {', '.join(EXECUTOR_KINDS)}")
+    if kind not in EXECUTORS:
+        hint = did_you_mean(str(kind), EXECUTORS)
+        raise _error("executor.kind", f"unknown executor {kind!r}{hint}; choose one of {', '.join(EXECUTORS)}")
     workers = spec.get("workers")
     if workers is not None:
         _int("executor.workers", workers, 1, "2")
