@@ -600,8 +600,6 @@ def _families(spec: dict[str, Any], protocols: Mapping[str, ProtocolConfig]) -> 
 
 
 def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
-    from trainers import ROSTER
-
     valid = ["pool", "learner", "setups", "tasks", "trainers", "seeds", "steps", "learning_rate", "questions_per_step",
              "num_generations", "n_train", "n_eval", "train_split", "eval_split",
              "shapley_coalitions", "lora", "bootstrap_resamples", "ci_level", "alpha", "threads", "learners",
@@ -624,48 +622,16 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
     crossplay = spec.get("crossplay", False)
     if not isinstance(crossplay, bool):
         raise _error("training.crossplay", f"must be true or false, got {crossplay!r}")
-    per_trainer = "every trainer gets the same steps and learning rate (one budget and one learning-rate rule for all " \
-                  "trainers, per setup at most); give one number"
     for k in ("steps", "learning_rate"):
         if isinstance(spec.get(k), Mapping):
-            raise _error(f"training.{k}", per_trainer)
+            raise _error(f"training.{k}", _PER_TRAINER)
     steps = _int("training.steps", spec.get("steps", defaults["steps"]), 1, "24")
     lr = _number("training.learning_rate", spec.get("learning_rate", defaults["learning_rate"]), 0.0, 1.0, "1e-3")
     setups_spec = _table("training.setups", spec.get("setups"))
     if not setups_spec:
         raise _error("training.setups", "define at least one setup, e.g. [training.setups.vote] (a protocol to train in)")
-    trainer_names = spec.get("trainers", list(ROSTER))
-    if isinstance(trainer_names, str) or not isinstance(trainer_names, list) or not trainer_names:
-        raise _error("training.trainers", f"must be a non-empty list of {', '.join(ROSTER)}")
-    for t in trainer_names:
-        if t not in ROSTER:
-            hint = did_you_mean(str(t), ROSTER)
-            raise _error("training.trainers", f"unknown trainer {t!r}{hint}; trainers: {', '.join(ROSTER)}")
-    if len(set(trainer_names)) != len(trainer_names):
-        raise _error("training.trainers", f"lists a trainer twice: {trainer_names}")
-    setups = {}
-    for label, s in setups_spec.items():
-        key = f"training.setups.{label}"
-        _check_label(key, label, "setup")
-        s = _table(key, s)
-        for k in ("steps", "learning_rate"):
-            if isinstance(s.get(k), Mapping):
-                raise _error(f"{key}.{k}", per_trainer)
-        for t in ROSTER:
-            if t in s:
-                raise _error(f"{key}.{t}", per_trainer)
-        _unknown_keys(key, s, ["protocol", "options", "steps", "learning_rate", "learners", "schedule"])
-        own = learners if "learners" not in s else _learners(key, None, s["learners"])
-        base = s.get("protocol", label)
-        if base in protocols and "options" not in s:
-            proto = protocols[base]
-        else:
-            proto = _protocol(key, label, {"protocol": protocols[base].protocol if base in protocols else base,
-                                           "options": s.get("options", {})})
-        setups[label] = SetupConfig(label, proto.protocol, proto.options,
-                                    _int(f"{key}.steps", s.get("steps", steps), 1, "24"),
-                                    _number(f"{key}.learning_rate", s.get("learning_rate", lr), 0.0, 1.0, "1e-3"),
-                                    tuple(own), _schedule(f"{key}.schedule", s.get("schedule", schedule)))
+    trainer_names = _trainer_names(spec)
+    setups = _setups(setups_spec, protocols, learners, schedule, steps, lr)
     where = {label: f"training.setups.{label}.learners" if "learners" in setups_spec[label] else
              "training.learners" if "learners" in spec else "training.learner" for label in setups}
     _check_several(setups, where, trainer_names, pools[pool], crossplay, spec.get("lora") is not None)
@@ -698,6 +664,58 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         lora=lora, bootstrap_resamples=_int("training.bootstrap_resamples", spec.get("bootstrap_resamples", 5000), 1),
         ci_level=_number("training.ci_level", spec.get("ci_level", 0.95), 0.5, 0.999, "0.95"), alpha=alpha,
         threads=_int("training.threads", spec.get("threads", 1), 1, "1"), crossplay=crossplay, lr_rule=lr_rule)
+
+
+_PER_TRAINER = "every trainer gets the same steps and learning rate (one budget and one learning-rate rule for all " \
+               "trainers, per setup at most); give one number"
+
+
+def _trainer_names(spec: Mapping[str, Any]) -> list[str]:
+    """``[training] trainers``: names of :data:`trainers.ROSTER`, none twice (default: the whole roster)."""
+    from trainers import ROSTER
+
+    trainer_names = spec.get("trainers", list(ROSTER))
+    if isinstance(trainer_names, str) or not isinstance(trainer_names, list) or not trainer_names:
+        raise _error("training.trainers", f"must be a non-empty list of {', '.join(ROSTER)}")
+    for t in trainer_names:
+        if t not in ROSTER:
+            hint = did_you_mean(str(t), ROSTER)
+            raise _error("training.trainers", f"unknown trainer {t!r}{hint}; trainers: {', '.join(ROSTER)}")
+    if len(set(trainer_names)) != len(trainer_names):
+        raise _error("training.trainers", f"lists a trainer twice: {trainer_names}")
+    return trainer_names
+
+
+def _setups(setups_spec: Mapping[str, Any], protocols: Mapping[str, ProtocolConfig], learners: list[str],
+            schedule: str, steps: int, lr: float) -> dict[str, SetupConfig]:
+    """``[training.setups.<label>]``: each a protocol (a ``[protocols]`` label or a protocol name, with its
+    options), the learners it trains (default ``[training]``'s) and its budget (default ``[training]``'s)."""
+    from trainers import ROSTER
+
+    setups = {}
+    for label, s in setups_spec.items():
+        key = f"training.setups.{label}"
+        _check_label(key, label, "setup")
+        s = _table(key, s)
+        for k in ("steps", "learning_rate"):
+            if isinstance(s.get(k), Mapping):
+                raise _error(f"{key}.{k}", _PER_TRAINER)
+        for t in ROSTER:
+            if t in s:
+                raise _error(f"{key}.{t}", _PER_TRAINER)
+        _unknown_keys(key, s, ["protocol", "options", "steps", "learning_rate", "learners", "schedule"])
+        own = learners if "learners" not in s else _learners(key, None, s["learners"])
+        base = s.get("protocol", label)
+        if base in protocols and "options" not in s:
+            proto = protocols[base]
+        else:
+            proto = _protocol(key, label, {"protocol": protocols[base].protocol if base in protocols else base,
+                                           "options": s.get("options", {})})
+        setups[label] = SetupConfig(label, proto.protocol, proto.options,
+                                    _int(f"{key}.steps", s.get("steps", steps), 1, "24"),
+                                    _number(f"{key}.learning_rate", s.get("learning_rate", lr), 0.0, 1.0, "1e-3"),
+                                    tuple(own), _schedule(f"{key}.schedule", s.get("schedule", schedule)))
+    return setups
 
 
 def _lr_rule(spec: dict[str, Any], setups_spec: Mapping[str, Any], trainer_names: list[str], tasks) -> Any:
