@@ -69,7 +69,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from crl_envs.study.cells import cell_kinds
+from crl_envs.study.cells import TableInputs, cell_kinds
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
 from crl_envs.study.costs import add_to_settings
 from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate
@@ -194,14 +194,11 @@ def report(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: 
 def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     """The valuation and training tables from the cells' results."""
     out: dict[str, Any] = {}
-    if config.valuation is not None and any(c.kind == "valuation" for c in planned):
-        vcells = []
-        for c in planned:
-            if c.kind == "valuation":
-                r = results[c.id]
-                vcells.append({"report": r["report"], "labels": {"pool": c.spec["pool_label"],
-                                                                 "protocol": c.spec["protocol_label"],
-                                                                 "task": c.spec["task_label"]}})
+    inputs = TableInputs()
+    for c in planned:  # each kind adds its results (crl_envs.study.cells: add_to_tables)
+        c.add_to_tables(inputs, results)
+    vcells = inputs.valuation
+    if config.valuation is not None and vcells:
         v = config.valuation
         out["valuation"] = valuation_tables(vcells, alpha=v.alpha, delta=v.delta, families=v.families,
                                             resamples=v.bootstrap_resamples)
@@ -210,15 +207,8 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
             from crl_envs.valuation.fronts import study_fronts
 
             out["fronts"] = study_fronts(vcells, resamples=v.bootstrap_resamples)
-    if config.training is not None and any(c.kind == "training" for c in planned):
-        baselines, runs = {}, defaultdict(lambda: defaultdict(dict))
-        crossplay = defaultdict(lambda: defaultdict(dict))
-        for c in planned:
-            key = (c.spec.get("setup_label"), c.spec.get("task_label"))
-            if c.kind == "baseline":
-                baselines[key] = results[c.id]
-            elif c.kind in ("training", "crossplay"):
-                (runs if c.kind == "training" else crossplay)[key][c.spec["trainer"]][c.spec["seed"]] = results[c.id]
+    baselines, runs, crossplay = inputs.baselines, inputs.runs, inputs.crossplay
+    if config.training is not None and runs:
         t = config.training
         chosen = {key[0]: r["learning_rate"] for key, by in runs.items() for seeds in by.values() for r in seeds.values()
                   if "learning_rate" in r}  # under [training.lr_rule]: the rate the sweep chose

@@ -23,6 +23,7 @@ from crl_envs.study.cells.base import (
     CellContext,
     CellJob,
     StudyTracking,
+    TableInputs,
     cell_kind,
     cell_kinds,
     result_problem,
@@ -39,5 +40,5 @@ def _import_kinds() -> None:
 
 _import_kinds()
 
-__all__ = ["CELL_VERSION", "Cell", "CellContext", "CellJob", "StudyTracking", "cell_kind", "cell_kinds",
+__all__ = ["CELL_VERSION", "Cell", "CellContext", "CellJob", "StudyTracking", "TableInputs", "cell_kind", "cell_kinds",
            "result_problem", "run_cell", "run_job"]

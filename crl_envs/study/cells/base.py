@@ -16,6 +16,8 @@ import json
 import math
 import os
 import time
+from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -48,6 +50,19 @@ class CellContext:
     out: Path
     coalition_executor: Any = None
     tracking: StudyTracking | None = None
+
+
+@dataclass
+class TableInputs:
+    """What the study's tables read from the finished cells, each kind adding its own results
+    (:meth:`Cell.add_to_tables`): valuation reports with their labels; per ``(setup, task)`` the baseline, and per
+    trainer and seed the training and crossplay results."""
+
+    valuation: list[dict[str, Any]] = field(default_factory=list)
+    baselines: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    runs: dict[tuple[str, str], dict[str, dict[int, Any]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(dict)))
+    crossplay: dict[tuple[str, str], dict[str, dict[int, Any]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(dict)))
 
 
 @dataclass
@@ -140,6 +155,9 @@ class Cell:
     def problem(self, result: dict[str, Any]) -> str | None:
         """What is wrong with ``result`` (a dict of this cell's fingerprint and kind) as this kind's result."""
         return None
+
+    def add_to_tables(self, tables: TableInputs, results: Mapping[str, dict[str, Any]]) -> None:
+        """Add this finished cell's result (``results[self.id]``) to what the tables read; nothing by default."""
 
 
 def cell_kinds() -> list[type[Cell]]:

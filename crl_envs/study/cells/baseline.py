@@ -4,12 +4,13 @@ verdict rates. A result written before baselines carried the controls is run aga
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from crl_envs.study.cells.base import Cell, CellContext, scores_problem
+from crl_envs.study.cells.base import Cell, CellContext, TableInputs, scores_problem
 from crl_envs.study.cells.setting import Setting
 from crl_envs.study.cells.trained import TrainerCell, build_trainer, evaluation_trainer, rates, scores
 from crl_envs.study.config import StudyConfig
@@ -45,6 +46,9 @@ class BaselineCell(TrainerCell):
                 "rates": rates(trainer, trainer.eval_task),
                 "summary": f"system {result.system_accuracy:.3f}, learner alone {result.standalone_accuracy:.3f}, "
                            f"without the learner {np.mean(result.without_learner):.3f}"}
+
+    def add_to_tables(self, tables: TableInputs, results: Mapping[str, dict[str, Any]]) -> None:
+        tables.baselines[self.setting_key] = results[self.id]
 
     def check_scores(self, result: dict[str, Any], questions: int) -> str | None:
         # written before baselines carried the controls (#46): run again

@@ -5,13 +5,14 @@ and with partners they never trained with (:func:`trainers.trainer_crossplay`). 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from crl_envs.study.cells.base import Cell, CellContext
+from crl_envs.study.cells.base import Cell, CellContext, TableInputs
 from crl_envs.study.cells.trained import TrainerCell, build_trainer
 from crl_envs.study.config import StudyConfig
 from crl_kit.errors import RunError
@@ -42,6 +43,9 @@ class CrossplayCell(TrainerCell):
         calls = sum(self.calls([int(a.split("_")[1]) for a in c]) * evals for c in settings)
         return {"runs": 0.0, "episodes": float(evals * len(settings)), "calls": calls,
                 "tokens": calls * s["max_new_tokens"]}
+
+    def add_to_tables(self, tables: TableInputs, results: Mapping[str, dict[str, Any]]) -> None:
+        tables.crossplay[self.setting_key][self.spec["trainer"]][self.spec["seed"]] = results[self.id]
 
     def run_trainer(self, spec: dict[str, Any], context: CellContext) -> dict[str, Any]:
         """The training cell's learners, restored from its final checkpoint, played with the partners they

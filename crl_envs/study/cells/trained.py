@@ -154,6 +154,11 @@ class TrainerCell(Cell):
         return scores_problem("system", result.get("system"), questions) or \
             scores_problem("standalone", result.get("standalone"), questions)
 
+    @property
+    def setting_key(self) -> tuple[str, str]:
+        """``(setup label, task label)``: the training setting the cell belongs to."""
+        return self.spec.get("setup_label"), self.spec.get("task_label")
+
     # ------------------------------------------------------------------ cost helpers
     def names(self) -> list[str]:
         return member_names(self.spec["pool"])

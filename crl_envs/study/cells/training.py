@@ -3,11 +3,12 @@ held-out questions (the system without the learner is evaluated once, in the set
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crl_envs.study.cells.base import Cell, CellContext
+from crl_envs.study.cells.base import Cell, CellContext, TableInputs
 from crl_envs.study.cells.setting import Setting
 from crl_envs.study.cells.trained import TrainerCell, build_trainer, rates, scores, takes_option
 from crl_envs.study.config import StudyConfig
@@ -49,6 +50,9 @@ class TrainingCell(TrainerCell):
         calls = train_episodes * per_train + 2 * per_episode * evals
         return {"runs": 1.0, "episodes": train_episodes + 2 * evals, "calls": calls,
                 "tokens": calls * self.spec["max_new_tokens"]}
+
+    def add_to_tables(self, tables: TableInputs, results: Mapping[str, dict[str, Any]]) -> None:
+        tables.runs[self.setting_key][self.spec["trainer"]][self.spec["seed"]] = results[self.id]
 
     def run_trainer(self, spec: dict[str, Any], context: CellContext) -> dict[str, Any]:
         from trainers.controls import zero_variance_share

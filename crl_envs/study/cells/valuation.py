@@ -5,10 +5,11 @@ the coalition cache every valuation cell shares (``out/coalitions``)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from crl_envs.study.cells.base import Cell, CellContext, scores_problem
+from crl_envs.study.cells.base import Cell, CellContext, TableInputs, scores_problem
 from crl_envs.study.cells.build import (
     build_pool,
     build_task,
@@ -183,6 +184,9 @@ class ValuationCell(Cell):
             if not checks[-1] and not all(isinstance(r, list) and len(r) == n for r in table):
                 checks.append(f"report.measures.individual is not {n} scores per model")
         return next((c for c in checks if c), None)
+
+    def add_to_tables(self, tables: TableInputs, results: Mapping[str, dict[str, Any]]) -> None:
+        tables.valuation.append({"report": results[self.id]["report"], "labels": self.labels()})
 
     def labels(self) -> dict[str, str]:
         """The config labels of the setting it values (``pool``, ``protocol``, ``task``)."""
