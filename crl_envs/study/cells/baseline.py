@@ -31,9 +31,10 @@ class BaselineCell(TrainerCell):
     def cost_estimate(self, config: StudyConfig) -> dict[str, float]:
         """Evaluations play the system twice (scores, then the learner's parse/verdict rates) and the system
         without the learner once."""
-        s, n = self.spec, len(self.names())
-        per_episode = self.calls(list(range(n)))
-        without = self.calls(list(range(n - 1))) if n > 1 else 0.0
+        s, names = self.spec, self.names()
+        n = len(names)
+        per_episode = self.calls(names, list(range(n)))
+        without = self.calls(names, list(range(n - 1))) if n > 1 else 0.0
         evals = s["n_eval"]
         calls = (2 * per_episode + without) * evals
         return {"runs": 0.0, "episodes": float(evals * (2 + bool(without))), "calls": calls,

@@ -39,8 +39,9 @@ class CrossplayCell(TrainerCell):
     def cost_estimate(self, config: StudyConfig) -> dict[str, float]:
         """Every distinct setting once on the held-out questions."""
         s, evals = self.spec, self.spec["n_eval"]
-        settings = _crossplay_settings(self.names(), s.get("learners", [s["learner"]]))
-        calls = sum(self.calls([int(a.split("_")[1]) for a in c]) * evals for c in settings)
+        names = self.names()
+        settings = _crossplay_settings(names, s.get("learners", [s["learner"]]))
+        calls = sum(self.calls(names, [int(a.split("_")[1]) for a in c]) * evals for c in settings)
         return {"runs": 0.0, "episodes": float(evals * len(settings)), "calls": calls,
                 "tokens": calls * s["max_new_tokens"]}
 

@@ -61,7 +61,8 @@ class SweepCell(TrainerCell):
 
     def cost_estimate(self, config: StudyConfig) -> dict[str, float]:
         """The fit, then its learner alone on the selection questions, before and after."""
-        train_episodes, per_train = self.training_episodes()
+        names = self.names()
+        train_episodes, per_train = self.training_episodes(self.calls(names, list(range(len(names)))))
         selection = self.spec["selection_n"]
         calls = train_episodes * per_train + 2.0 * selection
         return {"runs": 1.0, "episodes": train_episodes + 2.0 * selection, "calls": calls,

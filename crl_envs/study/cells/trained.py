@@ -161,18 +161,19 @@ class TrainerCell(Cell):
 
     # ------------------------------------------------------------------ cost helpers
     def names(self) -> list[str]:
+        """The pool's member names, as the cost estimate plays them (:func:`~crl_envs.study.cells.build.member_names`)."""
         return member_names(self.spec["pool"])
 
-    def calls(self, members: list[int]) -> float:
-        """Model calls per episode of the setting's protocol played by ``members`` (pool indices)."""
-        return calls_per_episode(self.spec["protocol"], self.spec["options"], self.names(), members)
+    def calls(self, names: list[str], members: list[int]) -> float:
+        """Model calls per episode of the setting's protocol played by ``members`` (indices into ``names``)."""
+        return calls_per_episode(self.spec["protocol"], self.spec["options"], names, members)
 
-    def training_episodes(self) -> tuple[float, float]:
+    def training_episodes(self, per_episode: float) -> tuple[float, float]:
         """``(episodes, calls per episode)`` of the fit: steps x questions x G x the trainer's episodes per
         question (x its coalitions, where it takes ``shapley_coalitions``); a system episode costs the whole
-        protocol's calls, the learner alone one."""
+        protocol's calls (``per_episode``), the learner alone one."""
         s = self.spec
         per_question, system_episodes = trainer_episodes(s["trainer"])
         factor = per_question * (s["shapley_coalitions"] or 1)  # set only where the trainer takes it
         train_episodes = s["steps"] * s["questions_per_step"] * s["num_generations"] * factor
-        return train_episodes, (self.calls(list(range(len(self.names())))) if system_episodes else 1.0)
+        return train_episodes, (per_episode if system_episodes else 1.0)

@@ -44,9 +44,10 @@ class TrainingCell(TrainerCell):
 
     def cost_estimate(self, config: StudyConfig) -> dict[str, float]:
         """The fit, then the evaluation: the system twice on the held-out questions (scores, then rates)."""
-        train_episodes, per_train = self.training_episodes()
+        names = self.names()
+        per_episode = self.calls(names, list(range(len(names))))
+        train_episodes, per_train = self.training_episodes(per_episode)
         evals = self.spec["n_eval"]
-        per_episode = self.calls(list(range(len(self.names()))))
         calls = train_episodes * per_train + 2 * per_episode * evals
         return {"runs": 1.0, "episodes": train_episodes + 2 * evals, "calls": calls,
                 "tokens": calls * self.spec["max_new_tokens"]}
