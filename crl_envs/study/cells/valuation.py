@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from crl_envs.study.cells.base import Cell, CellContext, TableInputs, scores_problem
@@ -155,7 +156,7 @@ class ValuationCell(Cell):
         report = valuation.evaluate(
             spec["protocol"]["protocol"], pool, task, estimator=estimator, samples=spec["samples"], seed=spec["seed"],
             budget=spec["budget"] if estimator in SAMPLED_ESTIMATORS else None,
-            cache_dir=context.out / "coalitions", progress=False, sampling=sampling_params(spec["sampling"]),
+            cache_dir=Path(context.out) / "coalitions", progress=False, sampling=sampling_params(spec["sampling"]),
             options=spec["protocol"]["options"], ci_level=spec["ci_level"],
             bootstrap_resamples=spec["bootstrap_resamples"], executor=context.coalition_executor or "local")
         d = report.to_dict()
