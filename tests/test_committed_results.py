@@ -13,7 +13,8 @@ import torch
 
 import agents.zoo  # registers the zoo pool
 from crl_envs import study, tasks
-from crl_envs.study.runner import cell_path, run_cell
+from crl_envs.study.cells import CellContext, run_cell
+from crl_envs.study.scheduler import cell_path
 from crl_envs.study.stats import valuation_tables
 from crl_envs.valuation.game import CoalitionGame
 from crl_kit.safe_io import atomic_write_json
@@ -83,8 +84,7 @@ def test_study_cheapest_cells(tmp_path):
     assert {c.id: c.fingerprint for c in planned} == {k: v["fingerprint"] for k, v in committed["cells"].items()}
 
     cell = _cheapest(planned, committed, "valuation")
-    result = run_cell({"cell": {"kind": cell.kind, "id": cell.id, "spec": cell.spec, "fingerprint": cell.fingerprint},
-                       "out": str(tmp_path)})
+    result = run_cell(cell, CellContext(tmp_path))
     labels = {"pool": cell.spec["pool_label"], "protocol": cell.spec["protocol_label"], "task": cell.spec["task_label"]}
     v = config.valuation
     (fresh,) = valuation_tables([{"report": result["report"], "labels": labels}], v.alpha, delta=v.delta,
@@ -106,15 +106,13 @@ def test_study_cheapest_cells(tmp_path):
     committed_sweep = committed["training"]["lr_sweep"]["settings"][
         f"{train.spec['setup_label']}/{train.spec['task_label']}"]["sweep"]
     for c in sweeps:
-        r = run_cell({"cell": {"kind": c.kind, "id": c.id, "spec": c.spec, "fingerprint": c.fingerprint},
-                      "out": str(tmp_path)})
+        r = run_cell(c, CellContext(tmp_path))
         atomic_write_json(cell_path(tmp_path, c), r)
         old_sweep = committed_sweep[str(c.spec["learning_rate"])]
         assert (r["before"], r["after"]) == (old_sweep["before"], old_sweep["after"]), c.id
     out = {}
     for c in (base, train):
-        out[c.kind] = run_cell({"cell": {"kind": c.kind, "id": c.id, "spec": c.spec, "fingerprint": c.fingerprint},
-                                "out": str(tmp_path)})
+        out[c.kind] = run_cell(c, CellContext(tmp_path))
     delta = float(np.mean(np.asarray(out["training"]["system"]) - np.asarray(out["baseline"]["system"])))
     (setting,) = [s for s in committed["training"]["settings"]
                   if (s["protocol"], s["task"]) == (train.spec["setup_label"], train.spec["task_label"])]

@@ -69,10 +69,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from crl_envs.study.cells import TableInputs, cell_kinds
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
 from crl_envs.study.costs import add_to_settings
 from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate
-from crl_envs.study.runner import environment, load_result, run_cells
+from crl_envs.study.scheduler import environment, load_result, run_cells
 from crl_envs.study.stats import training_tables, valuation_tables
 from crl_envs.study.tables import markdown, plots
 from crl_envs.tracking import open_trackers
@@ -105,12 +106,10 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
              "| cells | count | done | runs to play | episodes | model calls | generated tokens (at most) |",
              "|---|---|---|---|---|---|---|"]
     total = {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0}
-    for kind in ("valuation", "lr_sweep", "baseline", "training", "crossplay"):
-        if kind in rows:
-            r = rows[kind]
-            what = {"valuation": "coalition runs", "crossplay": "trainer fits (restored from checkpoints)"}.get(
-                kind, "trainer fits")
-            lines.append(f"| {kind} | {r['cells']} | {r['done']} | {r['runs']:,.0f} {what} | {r['episodes']:,.0f} | "
+    for cls in cell_kinds():
+        if cls.kind in rows:
+            r, what = rows[cls.kind], cls.runs_unit
+            lines.append(f"| {cls.kind} | {r['cells']} | {r['done']} | {r['runs']:,.0f} {what} | {r['episodes']:,.0f} | "
                          f"{r['calls']:,.0f} | {r['tokens']:,.0f} |")
             for k in total:
                 total[k] += r[k]
@@ -132,7 +131,7 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
                                                           for k, s in several.items()))
         cross = [c for c in planned if c.kind == "crossplay"]
         if cross:
-            per = {c.id.split("/")[1]: c.cost for c in cross}
+            per = {c.spec["setup_label"]: c.cost for c in cross}
             lines.append("crossplay: per cell (each setting once on n_eval questions) " + "; ".join(
                 f"{k}: {c['episodes'] / t.n_eval:.0f} settings, {c['calls']:,.0f} model calls" for k, c in per.items()))
         if probe:
@@ -195,14 +194,11 @@ def report(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: 
 def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     """The valuation and training tables from the cells' results."""
     out: dict[str, Any] = {}
-    if config.valuation is not None and any(c.kind == "valuation" for c in planned):
-        vcells = []
-        for c in planned:
-            if c.kind == "valuation":
-                r = results[c.id]
-                vcells.append({"report": r["report"], "labels": {"pool": c.spec["pool_label"],
-                                                                 "protocol": c.spec["protocol_label"],
-                                                                 "task": c.spec["task_label"]}})
+    inputs = TableInputs()
+    for c in planned:  # each kind adds its results (crl_envs.study.cells: add_to_tables)
+        c.add_to_tables(inputs, results)
+    vcells = inputs.valuation
+    if config.valuation is not None and vcells:
         v = config.valuation
         out["valuation"] = valuation_tables(vcells, alpha=v.alpha, delta=v.delta, families=v.families,
                                             resamples=v.bootstrap_resamples)
@@ -211,15 +207,8 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
             from crl_envs.valuation.fronts import study_fronts
 
             out["fronts"] = study_fronts(vcells, resamples=v.bootstrap_resamples)
-    if config.training is not None and any(c.kind == "training" for c in planned):
-        baselines, runs = {}, defaultdict(lambda: defaultdict(dict))
-        crossplay = defaultdict(lambda: defaultdict(dict))
-        for c in planned:
-            key = (c.spec.get("setup_label"), c.spec.get("task_label"))
-            if c.kind == "baseline":
-                baselines[key] = results[c.id]
-            elif c.kind in ("training", "crossplay"):
-                (runs if c.kind == "training" else crossplay)[key][c.spec["trainer"]][c.spec["seed"]] = results[c.id]
+    baselines, runs, crossplay = inputs.baselines, inputs.runs, inputs.crossplay
+    if config.training is not None and runs:
         t = config.training
         chosen = {key[0]: r["learning_rate"] for key, by in runs.items() for seeds in by.values() for r in seeds.values()
                   if "learning_rate" in r}  # under [training.lr_rule]: the rate the sweep chose

@@ -77,12 +77,11 @@ from pathlib import Path
 from typing import Any
 
 from crl_envs.tracking import check_trackers
+from crl_envs.valuation.estimators import ESTIMATORS, SAMPLED_ESTIMATORS, estimator_for
 from crl_kit.errors import ConfigError
 from crl_kit.validation import did_you_mean, int_problem
 
 SECTIONS = ("study", "pools", "tasks", "protocols", "valuation", "training", "sampling", "executor")
-ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
-EXECUTOR_KINDS = ("local", "processes", "ray")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 #: The longest label: a cell's log file name joins three labels (a file name holds 255 bytes).
 MAX_LABEL = 64
@@ -239,10 +238,8 @@ class ValuationConfig:
         return self.pool_tasks.get(pool, self.tasks)
 
     def estimator_for(self, n: int) -> str:
-        """The estimator for a pool of ``n`` models."""
-        if isinstance(self.estimator, str):
-            return self.estimator
-        return "exact" if n <= self.estimator["exact_up_to"] else self.estimator["larger"]
+        """The estimator for a pool of ``n`` models (:func:`crl_envs.valuation.estimators.estimator_for`)."""
+        return estimator_for(n, self.estimator)
 
 
 @dataclass(frozen=True)
@@ -405,7 +402,7 @@ def _member(key: str, member: Any) -> Any:
 
     if isinstance(member, str):
         prefix, sep, rest = member.partition(":")
-        backends = sorted({*agents.backend_names(), "zoo", "vllm", "openai", "hf"})
+        backends = agents.backend_names()  # importing agents registers every backend (the zoo's included)
         if not sep or not rest:
             raise _error(key, f"malformed agent spec {member!r}; write '<backend>:<model>' with a backend of "
                               f"{', '.join(backends)} (e.g. 'zoo:zoo-small', 'vllm:Qwen/Qwen2.5-7B-Instruct')")
@@ -526,7 +523,7 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
             hint = did_you_mean(str(e), ESTIMATORS)
             raise _error("valuation.estimator", f"unknown estimator {e!r}{hint}; choose one of {', '.join(ESTIMATORS)}")
     budget = spec.get("budget")
-    sampled = any(e in ("permutation", "antithetic") for e in names)
+    sampled = any(e in SAMPLED_ESTIMATORS for e in names)
     if sampled and budget is None:
         raise _error("valuation.budget", "the permutation/antithetic estimators need budget = <permutations>, e.g. 200")
     if budget is not None:
@@ -603,8 +600,6 @@ def _families(spec: dict[str, Any], protocols: Mapping[str, ProtocolConfig]) -> 
 
 
 def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
-    from trainers import ROSTER
-
     valid = ["pool", "learner", "setups", "tasks", "trainers", "seeds", "steps", "learning_rate", "questions_per_step",
              "num_generations", "n_train", "n_eval", "train_split", "eval_split",
              "shapley_coalitions", "lora", "bootstrap_resamples", "ci_level", "alpha", "threads", "learners",
@@ -627,48 +622,16 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
     crossplay = spec.get("crossplay", False)
     if not isinstance(crossplay, bool):
         raise _error("training.crossplay", f"must be true or false, got {crossplay!r}")
-    per_trainer = "every trainer gets the same steps and learning rate (one budget and one learning-rate rule for all " \
-                  "trainers, per setup at most); give one number"
     for k in ("steps", "learning_rate"):
         if isinstance(spec.get(k), Mapping):
-            raise _error(f"training.{k}", per_trainer)
+            raise _error(f"training.{k}", _PER_TRAINER)
     steps = _int("training.steps", spec.get("steps", defaults["steps"]), 1, "24")
     lr = _number("training.learning_rate", spec.get("learning_rate", defaults["learning_rate"]), 0.0, 1.0, "1e-3")
     setups_spec = _table("training.setups", spec.get("setups"))
     if not setups_spec:
         raise _error("training.setups", "define at least one setup, e.g. [training.setups.vote] (a protocol to train in)")
-    trainer_names = spec.get("trainers", list(ROSTER))
-    if isinstance(trainer_names, str) or not isinstance(trainer_names, list) or not trainer_names:
-        raise _error("training.trainers", f"must be a non-empty list of {', '.join(ROSTER)}")
-    for t in trainer_names:
-        if t not in ROSTER:
-            hint = did_you_mean(str(t), ROSTER)
-            raise _error("training.trainers", f"unknown trainer {t!r}{hint}; trainers: {', '.join(ROSTER)}")
-    if len(set(trainer_names)) != len(trainer_names):
-        raise _error("training.trainers", f"lists a trainer twice: {trainer_names}")
-    setups = {}
-    for label, s in setups_spec.items():
-        key = f"training.setups.{label}"
-        _check_label(key, label, "setup")
-        s = _table(key, s)
-        for k in ("steps", "learning_rate"):
-            if isinstance(s.get(k), Mapping):
-                raise _error(f"{key}.{k}", per_trainer)
-        for t in ROSTER:
-            if t in s:
-                raise _error(f"{key}.{t}", per_trainer)
-        _unknown_keys(key, s, ["protocol", "options", "steps", "learning_rate", "learners", "schedule"])
-        own = learners if "learners" not in s else _learners(key, None, s["learners"])
-        base = s.get("protocol", label)
-        if base in protocols and "options" not in s:
-            proto = protocols[base]
-        else:
-            proto = _protocol(key, label, {"protocol": protocols[base].protocol if base in protocols else base,
-                                           "options": s.get("options", {})})
-        setups[label] = SetupConfig(label, proto.protocol, proto.options,
-                                    _int(f"{key}.steps", s.get("steps", steps), 1, "24"),
-                                    _number(f"{key}.learning_rate", s.get("learning_rate", lr), 0.0, 1.0, "1e-3"),
-                                    tuple(own), _schedule(f"{key}.schedule", s.get("schedule", schedule)))
+    trainer_names = _trainer_names(spec)
+    setups = _setups(setups_spec, protocols, learners, schedule, steps, lr)
     where = {label: f"training.setups.{label}.learners" if "learners" in setups_spec[label] else
              "training.learners" if "learners" in spec else "training.learner" for label in setups}
     _check_several(setups, where, trainer_names, pools[pool], crossplay, spec.get("lora") is not None)
@@ -701,6 +664,58 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         lora=lora, bootstrap_resamples=_int("training.bootstrap_resamples", spec.get("bootstrap_resamples", 5000), 1),
         ci_level=_number("training.ci_level", spec.get("ci_level", 0.95), 0.5, 0.999, "0.95"), alpha=alpha,
         threads=_int("training.threads", spec.get("threads", 1), 1, "1"), crossplay=crossplay, lr_rule=lr_rule)
+
+
+_PER_TRAINER = "every trainer gets the same steps and learning rate (one budget and one learning-rate rule for all " \
+               "trainers, per setup at most); give one number"
+
+
+def _trainer_names(spec: Mapping[str, Any]) -> list[str]:
+    """``[training] trainers``: names of :data:`trainers.ROSTER`, none twice (default: the whole roster)."""
+    from trainers import ROSTER
+
+    trainer_names = spec.get("trainers", list(ROSTER))
+    if isinstance(trainer_names, str) or not isinstance(trainer_names, list) or not trainer_names:
+        raise _error("training.trainers", f"must be a non-empty list of {', '.join(ROSTER)}")
+    for t in trainer_names:
+        if t not in ROSTER:
+            hint = did_you_mean(str(t), ROSTER)
+            raise _error("training.trainers", f"unknown trainer {t!r}{hint}; trainers: {', '.join(ROSTER)}")
+    if len(set(trainer_names)) != len(trainer_names):
+        raise _error("training.trainers", f"lists a trainer twice: {trainer_names}")
+    return trainer_names
+
+
+def _setups(setups_spec: Mapping[str, Any], protocols: Mapping[str, ProtocolConfig], learners: list[str],
+            schedule: str, steps: int, lr: float) -> dict[str, SetupConfig]:
+    """``[training.setups.<label>]``: each a protocol (a ``[protocols]`` label or a protocol name, with its
+    options), the learners it trains (default ``[training]``'s) and its budget (default ``[training]``'s)."""
+    from trainers import ROSTER
+
+    setups = {}
+    for label, s in setups_spec.items():
+        key = f"training.setups.{label}"
+        _check_label(key, label, "setup")
+        s = _table(key, s)
+        for k in ("steps", "learning_rate"):
+            if isinstance(s.get(k), Mapping):
+                raise _error(f"{key}.{k}", _PER_TRAINER)
+        for t in ROSTER:
+            if t in s:
+                raise _error(f"{key}.{t}", _PER_TRAINER)
+        _unknown_keys(key, s, ["protocol", "options", "steps", "learning_rate", "learners", "schedule"])
+        own = learners if "learners" not in s else _learners(key, None, s["learners"])
+        base = s.get("protocol", label)
+        if base in protocols and "options" not in s:
+            proto = protocols[base]
+        else:
+            proto = _protocol(key, label, {"protocol": protocols[base].protocol if base in protocols else base,
+                                           "options": s.get("options", {})})
+        setups[label] = SetupConfig(label, proto.protocol, proto.options,
+                                    _int(f"{key}.steps", s.get("steps", steps), 1, "24"),
+                                    _number(f"{key}.learning_rate", s.get("learning_rate", lr), 0.0, 1.0, "1e-3"),
+                                    tuple(own), _schedule(f"{key}.schedule", s.get("schedule", schedule)))
+    return setups
 
 
 def _lr_rule(spec: dict[str, Any], setups_spec: Mapping[str, Any], trainer_names: list[str], tasks) -> Any:
@@ -811,11 +826,13 @@ def _schedule(key: str, value: Any) -> str:
 
 
 def _executor(spec: dict[str, Any]) -> ExecutorConfig:
+    from crl_envs.valuation.executors import EXECUTORS
+
     _unknown_keys("executor", spec, ["kind", "workers", "address", "num_cpus", "coalitions_per_task"])
     kind = spec.get("kind", "local")
-    if kind not in EXECUTOR_KINDS:
-        hint = did_you_mean(str(kind), EXECUTOR_KINDS)
-        raise _error("executor.kind", f"unknown executor {kind!r}{hint}; choose one of {', '.join(EXECUTOR_KINDS)}")
+    if kind not in EXECUTORS:
+        hint = did_you_mean(str(kind), EXECUTORS)
+        raise _error("executor.kind", f"unknown executor {kind!r}{hint}; choose one of {', '.join(EXECUTORS)}")
     workers = spec.get("workers")
     if workers is not None:
         _int("executor.workers", workers, 1, "2")

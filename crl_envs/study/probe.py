@@ -14,8 +14,8 @@ def zero_variance_probe(config: Any, questions: int = 4, seed: int = 0) -> dict[
     untrained learner samples G rollouts (temperature 1, partners greedy) on ``questions`` training questions:
     before anything trains, how often the learner's turn can change the outcome (1.0: never, no signal)."""
     from agents import SamplingParams
-    from crl_envs.study.plan import _substitute
-    from crl_envs.study.runner import build_pool, build_task
+    from crl_envs.study.cells.build import build_pool, build_task
+    from crl_envs.study.cells.setting import substitute
     from trainers.rollout import rollout_episodes
 
     t = config.training
@@ -27,7 +27,7 @@ def zero_variance_probe(config: Any, questions: int = 4, seed: int = 0) -> dict[
             tokens = config.sampling_for(task)["max_new_tokens"]
             qs = build_task(config.tasks[task].describe(), split=t.train_split, n=questions)
             episodes = rollout_episodes(setup.protocol, pool, qs, learner, pool[learner], coalition=None,
-                                        options=_substitute(setup.options, learner), examples=[ex.id for ex in qs],
+                                        options=substitute(setup.options, learner), examples=[ex.id for ex in qs],
                                         samples=t.num_generations, seed=seed,
                                         learner_sampling=SamplingParams(temperature=1.0, max_new_tokens=tokens),
                                         partner_sampling=SamplingParams(temperature=0.0, max_new_tokens=tokens))

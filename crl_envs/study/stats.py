@@ -141,91 +141,15 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
     settings: list[dict[str, Any]] = []
     boots: list[dict[str, np.ndarray]] = []
     pairs: list[dict[str, tuple[np.ndarray, np.ndarray]]] = []
-    level = 1 - 2 * alpha
     for cell in cells:
-        d, labels = cell["report"], cell["labels"]
-        report = ValuationReport.from_dict(d)
-        keys = _keys(report.names, report.ids)
-        comp = "shapley" if report.shapley is not None else "loo"
-        per_model = {m: (None if report.measures.get(m) is None else
-                         {key: float(report.measures[m].means[i]) for i, key in enumerate(keys)})
-                     for m in ("individual", "loo", "shapley")}
-        ci = {m: {key: list(report.measures[m].ci[a]) for key, a in zip(keys, report.ids)}
-              for m in ("individual", "loo", "shapley") if report.measures.get(m) is not None}
-        x = report.individual.means
-        tables = _tables(report)
-        b, tests, pr = {}, {}, {}
-        for m, table in tables.items():
-            cf = crossfit_tau(report.individual.per_question, table, report.example_ids, level=level,
-                              resamples=resamples, seed=seed)
-            tests[m] = {**_judge(cf["kendall_tau"], cf["p_value"], cf["min_p_value"], cf["tau_ci"], alpha, delta,
-                                 questions=cf["questions"]),
-                        "crossfit_questions": cf["questions"], "nan_resamples": cf["nan_resamples"]}
-            same = correlation(x, table.mean(axis=1))
-            same_ci = percentile_ci(tau_bootstrap(report.individual.per_question, table, resamples=resamples,
-                                                  seed=seed), level)
-            tests[m]["same_questions"] = {"kendall_tau": _none(same.value), "p_value": _none(same.p_value),
-                                          "tau_ci": None if _none(same.value) is None else same_ci}
-            b[m] = cf["boots"]
-            if cf["kendall_tau"] is not None and min(cf["questions"]) >= MIN_QUESTIONS_PER_HALF:
-                pr[m] = (cf["x"], cf["y"])
-        n = len(keys)
-        entry = {
-            "pool": labels["pool"], "family": (families or {}).get(labels["protocol"], d["family"]),
-            "protocol": labels["protocol"], "protocol_name": report.protocol, "task": labels["task"],
-            "seed": report.seed, "models": keys, "n": n, "estimator": report.estimator,
-            "questions": report.n_questions, "system": float(report.system.mean()), "empty_value": report.empty_value,
-            **per_model, "ci": ci, "compositional": comp, "statistic": CROSS_FIT, **tests[comp],
-            "measures": tests, "power": {"tau": POWER_TAU, "value": design(n, alpha=alpha, tau=POWER_TAU)["power"]},
-        }
-        if report.shapley is not None and report.estimator == "exact":
-            agree = correlation(report.loo.means, report.shapley.means)
-            err = np.abs(report.loo.means - report.shapley.means)
-            entry["loo_vs_shapley"] = {"kendall_tau": _none(agree.value), "p_value": _none(agree.p_value),
-                                       "mean_abs_error": float(err.mean()), "max_abs_error": float(err.max()),
-                                       "same_top_model": bool(np.argmax(report.loo.means) ==
-                                                              np.argmax(report.shapley.means))}
+        entry, b, pr = _valuation_setting(cell, alpha=alpha, delta=delta, families=families, resamples=resamples,
+                                          seed=seed)
         settings.append(entry)
         boots.append(b)
         pairs.append(pr)
 
     def together(group: list[int]) -> dict[str, Any]:
-        """Counts and the pooled verdict of a group of settings (one permutation of labels per pool), or
-        ``heterogeneous`` when its settings disagree (:func:`crl_envs.stats.heterogeneity`)."""
-        out: dict[str, Any] = {"settings": len(group),
-                               "counts": {v: sum(settings[i]["verdict"] == v for i in group) for v in VERDICTS}}
-        measure = "shapley" if all(settings[i]["compositional"] == "shapley" for i in group) else "loo"
-        out["measure"] = measure
-        informative = [i for i in group if measure in pairs[i]]
-        taus = [settings[i]["measures"][measure]["kendall_tau"] for i in informative]
-        out["mean_kendall_tau"] = float(np.mean(taus)) if taus else None
-        for m in VALUATION_MEASURES:
-            ts = [settings[i]["measures"][m]["kendall_tau"] for i in group if m in settings[i]["measures"]
-                  and settings[i]["measures"][m]["kendall_tau"] is not None]
-            out.setdefault("mean_kendall_tau_by_measure", {})[m] = float(np.mean(ts)) if ts else None
-        same = [settings[i]["measures"][measure]["same_questions"]["kendall_tau"] for i in group]
-        same = [t for t in same if t is not None]
-        out["same_questions"] = {"mean_kendall_tau": float(np.mean(same)) if same else None, "label": SAME_QUESTIONS}
-        if not informative:
-            out.update(_judge(None, None, 1.0, None, alpha, delta))
-            return out
-        test = grouped_permutation_test([pairs[i][measure] for i in informative],
-                                        [settings[i]["pool"] for i in informative], draws=20000, seed=seed)
-        with warnings.catch_warnings():  # a resample where every setting's ranking is constant: NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean_boot = np.nanmean(np.stack([boots[i][measure] for i in informative]), axis=0)
-        k = len(informative)
-        het = heterogeneity(taus, [boots[i][measure] for i in informative], alpha=alpha, delta=delta)
-        ci, nan = bca_interval(test["observed"] / k, mean_boot, level)
-        out.update(_judge(test["observed"] / k, test["p_value"], test["min_p_value"], ci, alpha, delta,
-                          heterogeneous=het["heterogeneous"]))
-        out["nan_resamples"] = nan
-        out["heterogeneity"] = het
-        out["pooled"] = {"statistic": "sum of cross-fit Kendall tau-b over settings, one permutation of model labels "
-                                      "per pool",
-                         "observed": test["observed"], "p_value": test["p_value"], "exact": test["exact"],
-                         "min_p_value": test["min_p_value"], "pools": len({settings[i]["pool"] for i in informative})}
-        return out
+        return _together(group, settings, boots, pairs, alpha=alpha, delta=delta, seed=seed)
 
     by_family: dict[str, list[int]] = defaultdict(list)
     by_pool_family: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -261,6 +185,100 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
     }
     return {"settings": settings, "summary": summary,
             "design": valuation_design([(s["pool"], s["n"]) for s in settings], alpha=alpha, delta=delta)}
+
+
+def _valuation_setting(cell: Mapping[str, Any], *, alpha: float, delta: float, families: Mapping[str, str] | None,
+                       resamples: int, seed: int) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, Any]]:
+    """One setting's row of :func:`valuation_tables`, with per measure its cross-fit bootstrap taus and (where
+    the tau is defined on big enough halves) its two halves' model means, which the pooled tests read."""
+    level = 1 - 2 * alpha
+    d, labels = cell["report"], cell["labels"]
+    report = ValuationReport.from_dict(d)
+    keys = _keys(report.names, report.ids)
+    comp = "shapley" if report.shapley is not None else "loo"
+    per_model = {m: (None if report.measures.get(m) is None else
+                     {key: float(report.measures[m].means[i]) for i, key in enumerate(keys)})
+                 for m in ("individual", "loo", "shapley")}
+    ci = {m: {key: list(report.measures[m].ci[a]) for key, a in zip(keys, report.ids)}
+          for m in ("individual", "loo", "shapley") if report.measures.get(m) is not None}
+    x = report.individual.means
+    b, tests, pr = {}, {}, {}
+    for m, table in _tables(report).items():
+        cf = crossfit_tau(report.individual.per_question, table, report.example_ids, level=level,
+                          resamples=resamples, seed=seed)
+        tests[m] = {**_judge(cf["kendall_tau"], cf["p_value"], cf["min_p_value"], cf["tau_ci"], alpha, delta,
+                             questions=cf["questions"]),
+                    "crossfit_questions": cf["questions"], "nan_resamples": cf["nan_resamples"]}
+        same = correlation(x, table.mean(axis=1))
+        same_ci = percentile_ci(tau_bootstrap(report.individual.per_question, table, resamples=resamples,
+                                              seed=seed), level)
+        tests[m]["same_questions"] = {"kendall_tau": _none(same.value), "p_value": _none(same.p_value),
+                                      "tau_ci": None if _none(same.value) is None else same_ci}
+        b[m] = cf["boots"]
+        if cf["kendall_tau"] is not None and min(cf["questions"]) >= MIN_QUESTIONS_PER_HALF:
+            pr[m] = (cf["x"], cf["y"])
+    n = len(keys)
+    entry = {
+        "pool": labels["pool"], "family": (families or {}).get(labels["protocol"], d["family"]),
+        "protocol": labels["protocol"], "protocol_name": report.protocol, "task": labels["task"],
+        "seed": report.seed, "models": keys, "n": n, "estimator": report.estimator,
+        "questions": report.n_questions, "system": float(report.system.mean()), "empty_value": report.empty_value,
+        **per_model, "ci": ci, "compositional": comp, "statistic": CROSS_FIT, **tests[comp],
+        "measures": tests, "power": {"tau": POWER_TAU, "value": design(n, alpha=alpha, tau=POWER_TAU)["power"]},
+    }
+    if report.shapley is not None and report.estimator == "exact":
+        agree = correlation(report.loo.means, report.shapley.means)
+        err = np.abs(report.loo.means - report.shapley.means)
+        entry["loo_vs_shapley"] = {"kendall_tau": _none(agree.value), "p_value": _none(agree.p_value),
+                                   "mean_abs_error": float(err.mean()), "max_abs_error": float(err.max()),
+                                   "same_top_model": bool(np.argmax(report.loo.means) ==
+                                                          np.argmax(report.shapley.means))}
+    return entry, b, pr
+
+
+def _together(group: list[int], settings: Sequence[Mapping[str, Any]], boots: Sequence[Mapping[str, np.ndarray]],
+              pairs: Sequence[Mapping[str, Any]], *, alpha: float, delta: float, seed: int) -> dict[str, Any]:
+    """Counts and the pooled verdict of a group of settings (one permutation of labels per pool), or
+    ``heterogeneous`` when its settings disagree (:func:`crl_envs.stats.heterogeneity`).
+
+    The pooled test is :func:`crl_envs.stats.grouped_permutation_test`, the one :func:`crl_envs.valuation.
+    pooled_test` runs too (on the same cross-fit halves' model means: here the ones :func:`crl_envs.stats.
+    crossfit_tau` already computed per setting, so the halves are not recomputed from the reports)."""
+    level = 1 - 2 * alpha
+    out: dict[str, Any] = {"settings": len(group),
+                           "counts": {v: sum(settings[i]["verdict"] == v for i in group) for v in VERDICTS}}
+    measure = "shapley" if all(settings[i]["compositional"] == "shapley" for i in group) else "loo"
+    out["measure"] = measure
+    informative = [i for i in group if measure in pairs[i]]
+    taus = [settings[i]["measures"][measure]["kendall_tau"] for i in informative]
+    out["mean_kendall_tau"] = float(np.mean(taus)) if taus else None
+    for m in VALUATION_MEASURES:
+        ts = [settings[i]["measures"][m]["kendall_tau"] for i in group if m in settings[i]["measures"]
+              and settings[i]["measures"][m]["kendall_tau"] is not None]
+        out.setdefault("mean_kendall_tau_by_measure", {})[m] = float(np.mean(ts)) if ts else None
+    same = [settings[i]["measures"][measure]["same_questions"]["kendall_tau"] for i in group]
+    same = [t for t in same if t is not None]
+    out["same_questions"] = {"mean_kendall_tau": float(np.mean(same)) if same else None, "label": SAME_QUESTIONS}
+    if not informative:
+        out.update(_judge(None, None, 1.0, None, alpha, delta))
+        return out
+    test = grouped_permutation_test([pairs[i][measure] for i in informative],
+                                    [settings[i]["pool"] for i in informative], draws=20000, seed=seed)
+    with warnings.catch_warnings():  # a resample where every setting's ranking is constant: NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean_boot = np.nanmean(np.stack([boots[i][measure] for i in informative]), axis=0)
+    k = len(informative)
+    het = heterogeneity(taus, [boots[i][measure] for i in informative], alpha=alpha, delta=delta)
+    ci, nan = bca_interval(test["observed"] / k, mean_boot, level)
+    out.update(_judge(test["observed"] / k, test["p_value"], test["min_p_value"], ci, alpha, delta,
+                      heterogeneous=het["heterogeneous"]))
+    out["nan_resamples"] = nan
+    out["heterogeneity"] = het
+    out["pooled"] = {"statistic": "sum of cross-fit Kendall tau-b over settings, one permutation of model labels "
+                                  "per pool",
+                     "observed": test["observed"], "p_value": test["p_value"], "exact": test["exact"],
+                     "min_p_value": test["min_p_value"], "pools": len({settings[i]["pool"] for i in informative})}
+    return out
 
 
 def valuation_design(settings: Sequence[tuple[str, int]], *, alpha: float = 0.05,
@@ -409,93 +427,126 @@ def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
         budgets: ``setup -> {steps, learning_rate, ...}``, the budget every trainer had (stored with each setting).
         crossplay: ``(setup, task) -> trainer -> seed -> crossplay cell result`` (optional).
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)  # one stream through the settings in order: draws as before the split
     settings, boots_by_setting = [], []
     for (setup, task), by_trainer in runs.items():
-        base = baselines[(setup, task)]
-        before = np.asarray(base["system"], float)
-        alone_before = np.asarray(base["standalone"], float)
-        present = [t for t in trainers if by_trainer.get(t)]
-        if not present:
-            continue
-        seeds = sorted(set.intersection(*(set(by_trainer[t]) for t in present)))
-        if not seeds:
-            continue
-        q = len(before)
-        idx = bootstrap_indices(rng, len(seeds), q, resamples)  # shared by every trainer: paired
-        q_boot = rng.integers(0, q, size=(resamples, q))
-        system = {t: np.stack([np.asarray(by_trainer[t][s]["system"], float) - before for s in seeds]) for t in present}
-        alone = {t: np.stack([np.asarray(by_trainer[t][s]["standalone"], float) - alone_before for s in seeds])
-                 for t in present}
-        boots = {t: seed_question_bootstrap(d, resamples=resamples, rng=rng, indices=idx) for t, d in system.items()}
-        alone_boots = {t: seed_question_bootstrap(d, resamples=resamples, rng=rng, indices=idx) for t, d in alone.items()}
-        delta = {t: _delta(system[t], boots[t], q_boot, ci_level) for t in present}
-        alone_delta = {t: _delta(alone[t], alone_boots[t], q_boot, ci_level) for t in present}
-        a0 = float(alone_before.mean())
-        collapsed = [t for t in present if delta[t]["value"] > TIE and a0 > 0
-                     and a0 + alone_delta[t]["value"] <= COLLAPSE_FRACTION * a0 and alone_delta[t]["ci"][1] < 0]
-        best = max(delta[t]["value"] for t in present)
-        strongest = [t for t in present if delta[t]["value"] >= best - TIE]
-        controls = _controls(base, by_trainer, present, seeds, before, system, boots, alone_delta, delta, idx, q_boot,
-                             ci_level, resamples, np.random.default_rng([seed, 3, len(settings)]))
-        setting = {
-            **controls,
-            "protocol": setup, "protocol_name": (protocols or {}).get(setup, setup), "task": task,
-            "budget": dict((budgets or {}).get(setup, {})), "before": float(before.mean()), "seeds": seeds,
-            "delta": delta,
-            "learner_alone": {"before": a0, "after": {t: [float(np.mean(by_trainer[t][s]["standalone"])) for s in seeds]
-                                                      for t in present},
-                              "delta": alone_delta},
-            "learner_collapse": collapsed, "strongest": strongest, "tie": len(strongest) > 1,
-        }
-        if base.get("learners"):  # several learners: each one's own Δ (its own rng: other draws unchanged)
-            sub = np.random.default_rng([seed, 1, len(settings)])
-            own = {}
-            for j, b in base["learners"].items():
-                d = {t: np.stack([np.asarray(by_trainer[t][s]["learners"][j], float) - np.asarray(b, float)
-                                  for s in seeds]) for t in present}
-                own[j] = {"before": float(np.mean(b)),
-                          "after": {t: [float(np.mean(by_trainer[t][s]["learners"][j])) for s in seeds]
-                                    for t in present},
-                          "delta": {t: _delta(v, seed_question_bootstrap(v, resamples=resamples, rng=sub, indices=idx),
-                                              q_boot, ci_level) for t, v in d.items()}}
-            setting["learners_alone"] = own
-        cross = (crossplay or {}).get((setup, task), {})
-        if any(cross.get(t) for t in present):
-            setting["crossplay"] = _crossplay(cross, present, ci_level, resamples, np.random.default_rng([seed, 2,
-                                                                                                         len(settings)]))
-        if "crl" in present:
-            comparisons = {}
-            for b in present:
-                if b == "crl":
-                    continue
-                diff = float(delta["crl"]["value"] - delta[b]["value"])
-                outcome = "tie" if abs(diff) <= TIE else "win" if diff > 0 else "loss"
-                if len(seeds) >= 2:
-                    test = paired_t_test(delta["crl"]["per_seed"], delta[b]["per_seed"])
-                else:
-                    test = {"statistic": diff, "t": None, "df": 0, "p_value": None,
-                            "undefined": "one seed: no test over seeds"}
-                if not setting["comparable"]:
-                    outcome = "not comparable"
-                significant = test["p_value"] is not None and test["p_value"] < alpha and outcome in ("win", "loss")
-                same = all(np.array_equal(by_trainer["crl"][s]["system"], by_trainer[b][s]["system"]) for s in seeds)
-                comparisons[b] = {"difference": diff, "ci": percentile_ci(boots["crl"] - boots[b], ci_level),
-                                  "per_seed": [float(x - y) for x, y in zip(delta["crl"]["per_seed"],
-                                                                            delta[b]["per_seed"])],
-                                  "outcome": outcome, "p_value": test["p_value"], "t": test["t"],
-                                  "undefined": test["undefined"], "significant": significant,
-                                  "identical_outcomes": same}
-            setting["crl_vs"] = comparisons
-        settings.append(setting)
-        boots_by_setting.append(boots)
+        made = _training_setting(setup, task, baselines[(setup, task)], by_trainer, trainers, rng=rng, seed=seed,
+                                 index=len(settings), ci_level=ci_level, alpha=alpha, resamples=resamples,
+                                 protocols=protocols, budgets=budgets, crossplay=(crossplay or {}).get((setup, task), {}))
+        if made is not None:
+            settings.append(made[0])
+            boots_by_setting.append(made[1])
+    return {"settings": settings, "summary": _training_summary(settings, boots_by_setting, trainers, ci_level=ci_level,
+                                                               alpha=alpha, seed=seed)}
 
+
+def _training_setting(setup: str, task: str, base: Mapping[str, Any], by_trainer: Mapping[str, Any],
+                      trainers: Sequence[str], *, rng: np.random.Generator, seed: int, index: int, ci_level: float,
+                      alpha: float, resamples: int, protocols: Mapping[str, str] | None,
+                      budgets: Mapping[str, Mapping[str, Any]] | None,
+                      crossplay: Mapping[str, Mapping[int, Mapping[str, Any]]]
+                      ) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """One setting's row of :func:`training_tables` and its trainers' bootstrap Δs (``None``: no trainer, or no
+    seed every trainer ran). ``index``: the setting's place, which seeds its side streams."""
+    before = np.asarray(base["system"], float)
+    alone_before = np.asarray(base["standalone"], float)
+    present = [t for t in trainers if by_trainer.get(t)]
+    if not present:
+        return None
+    seeds = sorted(set.intersection(*(set(by_trainer[t]) for t in present)))
+    if not seeds:
+        return None
+    q = len(before)
+    idx = bootstrap_indices(rng, len(seeds), q, resamples)  # shared by every trainer: paired
+    q_boot = rng.integers(0, q, size=(resamples, q))
+    system = {t: np.stack([np.asarray(by_trainer[t][s]["system"], float) - before for s in seeds]) for t in present}
+    alone = {t: np.stack([np.asarray(by_trainer[t][s]["standalone"], float) - alone_before for s in seeds])
+             for t in present}
+    boots = {t: seed_question_bootstrap(d, resamples=resamples, rng=rng, indices=idx) for t, d in system.items()}
+    alone_boots = {t: seed_question_bootstrap(d, resamples=resamples, rng=rng, indices=idx) for t, d in alone.items()}
+    delta = {t: _delta(system[t], boots[t], q_boot, ci_level) for t in present}
+    alone_delta = {t: _delta(alone[t], alone_boots[t], q_boot, ci_level) for t in present}
+    a0 = float(alone_before.mean())
+    collapsed = [t for t in present if delta[t]["value"] > TIE and a0 > 0
+                 and a0 + alone_delta[t]["value"] <= COLLAPSE_FRACTION * a0 and alone_delta[t]["ci"][1] < 0]
+    best = max(delta[t]["value"] for t in present)
+    strongest = [t for t in present if delta[t]["value"] >= best - TIE]
+    controls = _controls(base, by_trainer, present, seeds, before, system, boots, alone_delta, delta, idx, q_boot,
+                         ci_level, resamples, np.random.default_rng([seed, 3, index]))
+    setting = {
+        **controls,
+        "protocol": setup, "protocol_name": (protocols or {}).get(setup, setup), "task": task,
+        "budget": dict((budgets or {}).get(setup, {})), "before": float(before.mean()), "seeds": seeds,
+        "delta": delta,
+        "learner_alone": {"before": a0, "after": {t: [float(np.mean(by_trainer[t][s]["standalone"])) for s in seeds]
+                                                  for t in present},
+                          "delta": alone_delta},
+        "learner_collapse": collapsed, "strongest": strongest, "tie": len(strongest) > 1,
+    }
+    if base.get("learners"):  # several learners: each one's own Δ (its own rng: other draws unchanged)
+        setting["learners_alone"] = _learners_alone(base, by_trainer, present, seeds, idx, q_boot, ci_level, resamples,
+                                                    np.random.default_rng([seed, 1, index]))
+    if any(crossplay.get(t) for t in present):
+        setting["crossplay"] = _crossplay(crossplay, present, ci_level, resamples,
+                                          np.random.default_rng([seed, 2, index]))
+    if "crl" in present:
+        setting["crl_vs"] = _crl_vs(setting, by_trainer, present, seeds, delta, boots, alpha, ci_level)
+    return setting, boots
+
+
+def _learners_alone(base: Mapping[str, Any], by_trainer: Mapping[str, Any], present: Sequence[str],
+                    seeds: Sequence[int], idx: np.ndarray, q_boot: np.ndarray, ci_level: float, resamples: int,
+                    rng: np.random.Generator) -> dict[str, Any]:
+    """With several learners, per learner its own accuracy alone ``before``, ``after`` per trainer and seed, and Δ."""
+    own = {}
+    for j, b in base["learners"].items():
+        d = {t: np.stack([np.asarray(by_trainer[t][s]["learners"][j], float) - np.asarray(b, float)
+                          for s in seeds]) for t in present}
+        own[j] = {"before": float(np.mean(b)),
+                  "after": {t: [float(np.mean(by_trainer[t][s]["learners"][j])) for s in seeds] for t in present},
+                  "delta": {t: _delta(v, seed_question_bootstrap(v, resamples=resamples, rng=rng, indices=idx),
+                                      q_boot, ci_level) for t, v in d.items()}}
+    return own
+
+
+def _crl_vs(setting: Mapping[str, Any], by_trainer: Mapping[str, Any], present: Sequence[str], seeds: Sequence[int],
+            delta: Mapping[str, Any], boots: Mapping[str, np.ndarray], alpha: float, ci_level: float
+            ) -> dict[str, Any]:
+    """C-RL against each other trainer of one setting: the difference of their Δs with its CI, win / tie / loss
+    (or "not comparable" where a gate failed) and the paired t-test over seeds."""
+    comparisons = {}
+    for b in present:
+        if b == "crl":
+            continue
+        diff = float(delta["crl"]["value"] - delta[b]["value"])
+        outcome = "tie" if abs(diff) <= TIE else "win" if diff > 0 else "loss"
+        if len(seeds) >= 2:
+            test = paired_t_test(delta["crl"]["per_seed"], delta[b]["per_seed"])
+        else:
+            test = {"statistic": diff, "t": None, "df": 0, "p_value": None,
+                    "undefined": "one seed: no test over seeds"}
+        if not setting["comparable"]:
+            outcome = "not comparable"
+        significant = test["p_value"] is not None and test["p_value"] < alpha and outcome in ("win", "loss")
+        same = all(np.array_equal(by_trainer["crl"][s]["system"], by_trainer[b][s]["system"]) for s in seeds)
+        comparisons[b] = {"difference": diff, "ci": percentile_ci(boots["crl"] - boots[b], ci_level),
+                          "per_seed": [float(x - y) for x, y in zip(delta["crl"]["per_seed"], delta[b]["per_seed"])],
+                          "outcome": outcome, "p_value": test["p_value"], "t": test["t"],
+                          "undefined": test["undefined"], "significant": significant,
+                          "identical_outcomes": same}
+    return comparisons
+
+
+def _training_summary(settings: list[dict[str, Any]], boots_by_setting: list[dict[str, np.ndarray]],
+                      trainers: Sequence[str], *, ci_level: float, alpha: float, seed: int) -> dict[str, Any]:
+    """The training summary over the settings: each trainer's mean gain (system and learner alone), the
+    collapses, C-RL against each baseline over the comparable settings, and the largest gain."""
     summary: dict[str, Any] = {"settings": len(settings), "ci_level": ci_level, "alpha": alpha,
                                "collapse_rule": f"the system's Δ is positive while the learner's own accuracy falls "
                                                 f"to at most {COLLAPSE_FRACTION:g}x its accuracy before, the fall's "
                                                 f"{round(100 * ci_level)}% CI below 0"}
     if not settings:
-        return {"settings": settings, "summary": summary}
+        return summary
     seed_counts = sorted({len(s["seeds"]) for s in settings})
     summary["seeds"] = seed_counts
     present = [t for t in trainers if all(t in s["delta"] for s in settings)]
@@ -514,29 +565,8 @@ def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
         notes.append(f"{seed_counts[0]} seed(s) in some setting: fewer than 3, the per-setting test over seeds has "
                      f"little power (one seed: none)")
     if "crl" in present and len(present) > 1:
-        comparisons = {}
-        for b in present:
-            if b == "crl":
-                continue
-            per = [s["crl_vs"][b] for s in settings if s["comparable"]]
-            units = [d for c in per for d in c["per_seed"]]
-            if not per:  # every setting failed a gate: nothing to count or test
-                comparisons[b] = {"settings": 0, "not_comparable": len(settings)}
-                continue
-            comparisons[b] = {
-                "not_comparable": len(settings) - len(per),
-                "settings": len(per), "wins": sum(c["outcome"] == "win" for c in per),
-                "ties": sum(c["outcome"] == "tie" for c in per), "losses": sum(c["outcome"] == "loss" for c in per),
-                "significant_wins": sum(c["significant"] and c["outcome"] == "win" for c in per),
-                "significant_losses": sum(c["significant"] and c["outcome"] == "loss" for c in per),
-                "tested": sum(c["p_value"] is not None for c in per),
-                "identical_outcomes": sum(c["identical_outcomes"] for c in per),
-                "across": {"test": ACROSS_TEST, **sign_flip_test(units, seed=seed)},
-                "ratio": ratio_ci(mean_gain["crl"], mean_gain[b], mean_boot["crl"], mean_boot[b], level=ci_level,
-                                  names=("crl", b)),
-            }
-            comparisons[b]["across"]["significant"] = comparisons[b]["across"]["p_value"] < alpha
-        summary["crl_vs"] = comparisons
+        summary["crl_vs"] = {b: _crl_vs_across(settings, b, mean_gain, mean_boot, ci_level=ci_level, alpha=alpha,
+                                               seed=seed) for b in present if b != "crl"}
         summary["not_comparable"] = [{"protocol": s["protocol"], "task": s["task"], "reason": s["not_comparable"]}
                                      for s in settings if not s["comparable"]]
         summary["per_setting_test"] = PER_SETTING_TEST
@@ -548,4 +578,28 @@ def training_tables(baselines: Mapping[tuple[str, str], Mapping[str, Any]],
     summary["largest_gain"] = {"value": best, "by": [{"trainer": t, "protocol": s["protocol"], "task": s["task"]}
                                                      for s in settings for t in s["delta"]
                                                      if s["delta"][t]["value"] >= best - TIE]}
-    return {"settings": settings, "summary": summary}
+    return summary
+
+
+def _crl_vs_across(settings: list[dict[str, Any]], b: str, mean_gain: Mapping[str, float],
+                   mean_boot: Mapping[str, np.ndarray], *, ci_level: float, alpha: float, seed: int) -> dict[str, Any]:
+    """C-RL against baseline ``b`` over the comparable settings: counts, the sign-flip test across settings x
+    seeds and the ratio of mean gains."""
+    per = [s["crl_vs"][b] for s in settings if s["comparable"]]
+    units = [d for c in per for d in c["per_seed"]]
+    if not per:  # every setting failed a gate: nothing to count or test
+        return {"settings": 0, "not_comparable": len(settings)}
+    out = {
+        "not_comparable": len(settings) - len(per),
+        "settings": len(per), "wins": sum(c["outcome"] == "win" for c in per),
+        "ties": sum(c["outcome"] == "tie" for c in per), "losses": sum(c["outcome"] == "loss" for c in per),
+        "significant_wins": sum(c["significant"] and c["outcome"] == "win" for c in per),
+        "significant_losses": sum(c["significant"] and c["outcome"] == "loss" for c in per),
+        "tested": sum(c["p_value"] is not None for c in per),
+        "identical_outcomes": sum(c["identical_outcomes"] for c in per),
+        "across": {"test": ACROSS_TEST, **sign_flip_test(units, seed=seed)},
+        "ratio": ratio_ci(mean_gain["crl"], mean_gain[b], mean_boot["crl"], mean_boot[b], level=ci_level,
+                          names=("crl", b)),
+    }
+    out["across"]["significant"] = out["across"]["p_value"] < alpha
+    return out

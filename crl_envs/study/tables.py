@@ -145,11 +145,17 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
         lines.append(f"Largest Δ: {_pts(m['value'])} points ({by}{'; a tie' if len(m['by']) > 1 else ''}).")
     for note in s.get("notes", []):
         lines.append(f"Note: {note}.")
-    lines += ["", f"| setup | task | budget | trainer | Δ system [{pct}% CI] | per seed [CI] | learner alone before -> "
+    lines += _trainer_rows(tables["settings"], trainers, pct)
+    return "\n".join(lines + _several_markdown(tables["settings"], trainers, pct))
+
+
+def _trainer_rows(settings: list[Mapping[str, Any]], trainers: list[str], pct: int) -> list[str]:
+    """The per setting x trainer table: Δs with their CIs, the learner alone, the comparisons and controls."""
+    lines = ["", f"| setup | task | budget | trainer | Δ system [{pct}% CI] | per seed [CI] | learner alone before -> "
                   f"after per seed | Δ learner alone [CI] | per seed [CI] | C-RL - this (paired t p) | "
                   f"Δ - placebo's Δ [CI] | after - without learner [CI] | zero-variance groups |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for st in tables["settings"]:
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for st in settings:
         bud = st.get("budget") or {}
         budget = f"{bud['steps']} steps, lr {bud['learning_rate']:g}" if bud else "n/a"
         for t in trainers:
@@ -174,7 +180,7 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
             lines.append(f"| {st['protocol']} | {st['task']} | {budget} | {name} | {_pts(d['value'])} {_ci_pts(d['ci'])} | "
                          f"{per} | {la['before']:.3f} -> {after} | {_pts(ld['value'])} {_ci_pts(ld['ci'])} | {lper} | "
                          f"{versus} | {vp} | {vw} | {'' if zero is None else f'{zero:.0%}'} |")
-    return "\n".join(lines + _several_markdown(tables["settings"], trainers, pct))
+    return lines
 
 
 def _gates_markdown(settings: list[Mapping[str, Any]], trainers: list[str]) -> list[str]:

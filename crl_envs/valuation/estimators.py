@@ -18,10 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from math import factorial
+from typing import Any
 
 import numpy as np
 
 from crl_kit.errors import ConfigError
+
+#: The estimators :func:`crl_envs.valuation.evaluate` takes: the one place their names are written (the CLI's
+#: ``--estimator`` and a study's ``[valuation] estimator`` read it).
+ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
+#: The estimators that sample permutations (they need a ``budget``).
+SAMPLED_ESTIMATORS = ("permutation", "antithetic")
 
 MAX_EXACT_PLAYERS = 12
 """Exact estimators enumerate 2^n coalitions; beyond this, use permutation sampling."""
@@ -164,3 +171,17 @@ def exact_masks(n: int) -> list[int]:
     """All ``2^n`` coalitions, the empty one first."""
     _check_exact(n)
     return list(range(1 << n))
+
+
+def estimator_for(n: int, estimator: str | Mapping[str, Any]) -> str:
+    """The estimator for a pool of ``n`` models: ``estimator`` itself, or, for a rule
+    ``{"exact_up_to": k, "larger": name}`` (a study's ``[valuation] estimator``), ``"exact"`` up to ``k``
+    models and ``name`` above. The one place the rule is written (the config, the plan and the cells read it).
+
+    >>> estimator_for(5, "loo"), estimator_for(5, {"exact_up_to": 6, "larger": "loo"}), \\
+    ...     estimator_for(7, {"exact_up_to": 6, "larger": "loo"})
+    ('loo', 'exact', 'loo')
+    """
+    if isinstance(estimator, str):
+        return estimator
+    return "exact" if n <= estimator["exact_up_to"] else estimator["larger"]

@@ -57,7 +57,6 @@ from crl_envs.valuation.spend import Spend
 from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError, RunError
 from crl_kit.validation import check_int, did_you_mean
 
-EXECUTORS = ("local", "processes", "ray")
 INSTALL_HINT = "pip install 'crl-envs[ray]'"
 
 
@@ -94,6 +93,11 @@ def lockstep_groups(jobs: Sequence[tuple[CoalitionJob, int]], specs: Mapping[int
 class Executor(abc.ABC):
     """Plays coalition runs and reports each result to ``done(game, mask, (scores, spend))`` as it arrives;
     runs any picklable ``fn(payload)`` with :meth:`map`."""
+
+    #: the name configs and the CLI give it (:data:`EXECUTORS`)
+    name: str = ""
+    #: the settings a config (a study's ``[executor]``) may give it, by :func:`build_executor`
+    OPTIONS: tuple[str, ...] = ()
 
     #: coalitions played in lockstep by one task (None: as many as :data:`MAX_LOCKSTEP_EPISODES` allows)
     coalitions_per_task: int | None = None
@@ -141,6 +145,9 @@ class LocalExecutor(Executor):
             reach the cache sooner, so a killed run loses at most one group's work.
     """
 
+    name = "local"
+    OPTIONS = ("coalitions_per_task",)
+
     def __init__(self, *, coalitions_per_task: int | None = None, **unexpected: Any):
         _unexpected("LocalExecutor", unexpected, ["coalitions_per_task"])
         self.coalitions_per_task = _check_per_task("LocalExecutor", coalitions_per_task, allow_none=True)
@@ -159,13 +166,12 @@ class LocalExecutor(Executor):
 
 def resolve_executor(executor: Executor | str | None) -> Executor:
     """``"local"`` / ``None`` -> :class:`LocalExecutor`, ``"processes"`` -> :class:`ProcessExecutor`,
-    ``"ray"`` -> :class:`RayExecutor` (the running or a new local cluster), or an :class:`Executor` as is."""
-    if executor is None or executor == "local":
+    ``"ray"`` -> :class:`RayExecutor` (the running or a new local cluster), each with its defaults (:func:`build_executor`);
+    or an :class:`Executor` as is."""
+    if executor is None:
         return LocalExecutor()
-    if executor == "ray":
-        return RayExecutor()
-    if executor == "processes":
-        return ProcessExecutor()
+    if isinstance(executor, str) and executor in EXECUTOR_CLASSES:
+        return build_executor(executor)
     if isinstance(executor, Executor):
         return executor
     raise ConfigError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)} or pass an Executor "
@@ -233,6 +239,9 @@ class ProcessExecutor(Executor):
         coalitions_per_task: coalitions one task plays in lockstep (more: bigger batches, fewer
             repeated requests; fewer: finer-grained results and load balance).
     """
+
+    name = "processes"
+    OPTIONS = ("workers", "coalitions_per_task")
 
     def __init__(self, workers: int | None = None, *, coalitions_per_task: int = 1, **unexpected: Any):
         _unexpected("ProcessExecutor", unexpected, ["workers", "coalitions_per_task"])
@@ -421,6 +430,8 @@ class RayExecutor(Executor):
     ``crl_envs`` and ``agents`` (installed on every node, or shipped with ``runtime_env``).
     """
 
+    name = "ray"
+    OPTIONS = ("address", "num_cpus", "coalitions_per_task")
     ARGUMENTS = ("address", "num_cpus", "num_gpus", "max_retries", "connect_timeout", "init_options",
                  "coalitions_per_task")
 
@@ -537,3 +548,15 @@ def _same_cluster(ray: Any, address: str) -> bool:
         return {socket.gethostbyname(host)} == {socket.gethostbyname(cur_host)} or host == cur_host
     except OSError:
         return host == cur_host
+
+
+#: The executors by name: the one place their names are declared (a study's ``[executor] kind`` reads it).
+EXECUTOR_CLASSES: dict[str, type[Executor]] = {cls.name: cls for cls in (LocalExecutor, ProcessExecutor, RayExecutor)}
+EXECUTORS = tuple(EXECUTOR_CLASSES)
+
+
+def build_executor(kind: str, **settings: Any) -> Executor:
+    """The executor named ``kind`` with the ``settings`` it takes (:attr:`Executor.OPTIONS`; a ``None`` setting
+    keeps the executor's default), e.g. from a study's ``[executor]`` table."""
+    cls = EXECUTOR_CLASSES[kind]
+    return cls(**{k: v for k, v in settings.items() if k in cls.OPTIONS and v is not None})

@@ -1,0 +1,179 @@
+"""What the cells of a training setting share (baseline, learning-rate sweep, training, crossplay): the
+trainer a spec builds, the study options a trainer declares it takes, its episode cost, and the results an
+evaluation gives. The trainers are read by what their classes declare, never by name:
+
+- :func:`trainer_episodes` — episodes per question (a multiple of G) and whether they play the system
+  (:attr:`trainers.PolicyGradientTrainer.episodes_per_question`, ``plays_system``);
+- :data:`TRAINER_OPTIONS` — a study option reaches the trainers whose config class has its field
+  (``training.shapley_coalitions`` -> ``coalitions_per_question``: the Shapley-credit trainer's);
+- :func:`evaluation_trainer` — the trainer class the untrained baseline is evaluated with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from crl_envs.study.cells.base import Cell, CellContext, StudyTracking, scores_problem
+from crl_envs.study.cells.build import build_pool, build_task, calls_per_episode, member_names
+from crl_kit.errors import RunError
+
+#: ``study spec key -> trainer config field``: the option is given to every trainer whose config class has
+#: the field (and is ``None`` in the spec of the others' cells, so their fingerprints do not depend on it).
+TRAINER_OPTIONS = {"shapley_coalitions": "coalitions_per_question"}
+
+
+def trainer_episodes(name: str) -> tuple[float, bool]:
+    """Episodes per question and step (a multiple of G) and whether they play the system, as the trainer
+    declares them (:attr:`trainers.PolicyGradientTrainer.episodes_per_question`, ``plays_system``)."""
+    import trainers
+
+    cls = trainers.TRAINERS[name]
+    return cls.episodes_per_question, cls.plays_system
+
+
+def takes_option(name: str, key: str) -> bool:
+    """Whether trainer ``name``'s config class has the field study option ``key`` sets (:data:`TRAINER_OPTIONS`)."""
+    import trainers
+
+    return TRAINER_OPTIONS[key] in {f.name for f in fields(trainers.TRAINERS[name].config_class)}
+
+
+def evaluation_trainer() -> str:
+    """The trainer the untrained baseline is evaluated with: the first of the roster that plays the system and
+    takes several learners (C-RL today). Nothing trains: any such trainer's evaluation is the same."""
+    import trainers
+
+    return next(name for name, cls in trainers.TRAINERS.items() if cls.plays_system and cls.multi_learner)
+
+
+def build_trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Path | None,
+                  tracking: StudyTracking | None = None):
+    """The trainer a cell's spec describes, built (its pool loaded), not trained."""
+    import trainers
+
+    pool = build_pool(spec["pool"])
+    train = build_task(spec["task"], split=spec["train_split"], n=spec["n_train"])
+    held_out = build_task(spec["task"], split=spec["eval_split"], n=spec["n_eval"])
+    # a baseline cell has no budget: it only evaluates, with the config's defaults otherwise
+    budget = {k: spec[k] for k in ("steps", "questions_per_step", "num_generations", "learning_rate") if k in spec}
+    common = dict(**budget, max_new_tokens=spec["max_new_tokens"], seed=seed, progress=False,
+                  protocol_options=spec["options"], output_dir=None if output_dir is None else str(output_dir))
+    if tracking:  # the study's trackers (crl_envs.tracking), under the study's name
+        common.update(trackers=tuple(tracking.trackers), tracking_project=tracking.project,
+                      tracking_dir=tracking.dir)
+    if spec.get("lora"):
+        common["lora"] = trainers.LoraSettings(**spec["lora"])
+    for key, field_name in TRAINER_OPTIONS.items():
+        if takes_option(trainer_name, key):
+            common[field_name] = spec.get(key)
+    if "schedule" in spec:
+        common["schedule"] = spec["schedule"]
+    config = trainers.TRAINERS[trainer_name].config_class(**common)
+    who = {"learners": spec["learners"]} if "learners" in spec else {"learner": spec["learner"]}
+    return trainers.TRAINERS[trainer_name](spec["protocol"], pool, train, config=config, eval_task=held_out, **who)
+
+
+def resolve_learning_rate(spec: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``spec`` with a rule's ``learning_rate`` (``{"rule", "tolerance", "sweep": lr -> sweep cell fingerprint}``)
+    replaced by the rate the rule picks from the finished sweep cells (:func:`crl_envs.study.gates.
+    choose_learning_rate`); a number stays as it is.
+
+    Raises:
+        RunError: a sweep cell has not finished (the study runs them first: rerun it)."""
+    import json
+
+    rule = spec.get("learning_rate")
+    if not isinstance(rule, dict):
+        return spec
+    from crl_envs.study.gates import choose_learning_rate
+
+    sweep = {}
+    for lr, fingerprint in rule["sweep"].items():
+        path = out / "cells" / f"{fingerprint}.json"
+        if not path.exists():
+            raise RunError(f"the learning-rate sweep cell for lr {lr} ({path}) has not finished; rerun the study "
+                           f"(sweep cells run before training cells)")
+        sweep[float(lr)] = json.loads(path.read_text())
+    chosen = choose_learning_rate(sweep, rule["rule"], rule["tolerance"])
+    return {**spec, "learning_rate": chosen["learning_rate"], "learning_rate_choice": chosen}
+
+
+def scores(result: Any) -> dict[str, Any]:
+    """An evaluation as a cell's result: per question ``system``, ``standalone`` (several learners: their
+    mean) and, with several learners, each one's own under ``learners``."""
+    out = {"example_ids": list(result.example_ids), "system": result.system.tolist(),
+           "standalone": result.standalone.tolist()}
+    if len(result.learners) > 1:
+        out["learners"] = {j: np.asarray(v).tolist() for j, v in result.learners.items()}
+    return out
+
+
+def rates(trainer: Any, task: Any) -> dict[str, float | None]:
+    """The learner's parse rate and, as a judge, verdict rate on ``task`` (greedy, the whole system)."""
+    from trainers.controls import answer_rates
+    from trainers.rollout import rollout_episodes
+
+    greedy = trainer.eval_sampling
+    episodes = rollout_episodes(trainer.protocol, trainer.pool, task, trainer.policies,
+                                options=trainer.config.protocol_options, examples=[ex.id for ex in task], samples=1,
+                                seed=trainer.config.seed, learner_sampling=greedy, partner_sampling=greedy)
+    return answer_rates(episodes, trainer.learners[0])
+
+
+@dataclass(frozen=True)
+class TrainerCell(Cell):
+    """A cell of a training setting: it builds a trainer from its spec, on ``spec["threads"]`` torch threads (the
+    same reductions on every executor), with a learning-rate rule resolved from the finished sweep cells."""
+
+    def run(self, context: CellContext) -> dict[str, Any]:
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.spec["threads"])
+        try:
+            return self.run_trainer(resolve_learning_rate(self.spec, Path(context.out)), context)
+        finally:
+            torch.set_num_threads(threads)
+
+    def run_trainer(self, spec: dict[str, Any], context: CellContext) -> dict[str, Any]:
+        """The work, with ``spec``'s learning rate resolved."""
+        raise NotImplementedError(f"cell kind {self.kind!r} does not run")
+
+    def problem(self, result: dict[str, Any]) -> str | None:
+        ids = result.get("example_ids")
+        if not isinstance(ids, list):
+            return "no example_ids"
+        return self.check_scores(result, len(ids))
+
+    def check_scores(self, result: dict[str, Any], questions: int) -> str | None:
+        """What is wrong with the result's scores on its ``questions`` questions (``None``: nothing)."""
+        return scores_problem("system", result.get("system"), questions) or \
+            scores_problem("standalone", result.get("standalone"), questions)
+
+    @property
+    def setting_key(self) -> tuple[str, str]:
+        """``(setup label, task label)``: the training setting the cell belongs to."""
+        return self.spec.get("setup_label"), self.spec.get("task_label")
+
+    # ------------------------------------------------------------------ cost helpers
+    def names(self) -> list[str]:
+        """The pool's member names, as the cost estimate plays them (:func:`~crl_envs.study.cells.build.member_names`)."""
+        return member_names(self.spec["pool"])
+
+    def calls(self, names: list[str], members: list[int]) -> float:
+        """Model calls per episode of the setting's protocol played by ``members`` (indices into ``names``)."""
+        return calls_per_episode(self.spec["protocol"], self.spec["options"], names, members)
+
+    def training_episodes(self, per_episode: float) -> tuple[float, float]:
+        """``(episodes, calls per episode)`` of the fit: steps x questions x G x the trainer's episodes per
+        question (x its coalitions, where it takes ``shapley_coalitions``); a system episode costs the whole
+        protocol's calls (``per_episode``), the learner alone one."""
+        s = self.spec
+        per_question, system_episodes = trainer_episodes(s["trainer"])
+        factor = per_question * (s["shapley_coalitions"] or 1)  # set only where the trainer takes it
+        train_episodes = s["steps"] * s["questions_per_step"] * s["num_generations"] * factor
+        return train_episodes, (per_episode if system_episodes else 1.0)

@@ -1,0 +1,225 @@
+"""``valuation`` cells: one :func:`crl_envs.valuation.evaluate` call per pool x protocol x task x seed of
+``[valuation]``. They run in the driver, one after another, their coalitions on the study's executor and in
+the coalition cache every valuation cell shares (``out/coalitions``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crl_envs.study.cells.base import Cell, CellContext, TableInputs, scores_problem
+from crl_envs.study.cells.build import (
+    build_pool,
+    build_task,
+    calls_per_episode,
+    member_names,
+    sampling_params,
+)
+from crl_envs.study.config import MAX_COALITION_RUNS, StudyConfig, StudyConfigError
+from crl_envs.valuation.estimators import ESTIMATORS, SAMPLED_ESTIMATORS, estimator_for
+from crl_kit.serial import digest
+
+#: Up to this many coalitions per cell the plan lists them (exact counts, coalitions shared between cells
+#: counted once); above, it counts them per coalition size without listing them (an expectation for the
+#: sampled estimators), so a plan costs the same whatever the budget.
+LISTED_COALITIONS = 1_000
+
+
+@dataclass(frozen=True)
+class ValuationCell(Cell):
+    """One pool x protocol x task x seed valued (:func:`crl_envs.valuation.evaluate`)."""
+
+    kind = "valuation"
+    order = 0
+    in_driver = True
+    runs_unit = "coalition runs"
+
+    @classmethod
+    def plan_study(cls, config: StudyConfig) -> list[Cell]:
+        v = config.valuation
+        if v is None:
+            return []
+        out: list[Cell] = []
+        for pool in v.pools:
+            for proto in v.protocols:
+                for task in v.tasks_of(pool):
+                    for seed in v.seeds:
+                        spec = {
+                            "pool": config.pools[pool].describe(), "pool_label": pool,
+                            "protocol": config.protocols[proto].describe(), "protocol_label": proto,
+                            "task": config.tasks[task].describe(), "task_label": task,
+                            "estimator": v.estimator, "samples": v.samples, "seed": seed, "budget": v.budget,
+                            "sampling": config.sampling_for(task), "ci_level": v.ci_level,
+                            "bootstrap_resamples": v.bootstrap_resamples,
+                        }
+                        out.append(cls.make(f"valuation/{pool}/{proto}/{task}/seed{seed}", spec))
+        return out
+
+    # ------------------------------------------------------------------ cost
+    @classmethod
+    def estimate_costs(cls, config: StudyConfig, cells: list[Cell], *, distinct: bool = True) -> list[dict[str, float]]:
+        """Per cell ``runs`` (coalition runs), ``episodes``, ``calls`` and ``tokens`` (calls x max_new_tokens).
+        Coalitions shared between cells (the same members at the same positions, protocol, task and seed) are
+        counted once, where they first appear, as the coalition cache plays them once; ``calls`` are distinct
+        requests (:func:`crl_envs.valuation.cost.distinct_calls_in_turn`: with the local executor one request
+        memo serves every valuation cell of a pool, task and sampling, so a cell counts only the requests
+        earlier cells did not make). ``distinct=False``, or a cell of more than :data:`LISTED_COALITIONS`
+        coalitions, counts every request instead (an upper bound, without playing the plan with stand-ins)."""
+        from crl_envs.valuation.cost import distinct_calls_in_turn, memoised_models
+
+        seen: set[str] = set()  # coalitions counted by an earlier cell
+        calls_memo: dict[tuple, float] = {}  # calls per episode of (protocol, options, pool size, coalition size)
+        turns: dict[str, list[tuple[int, list[tuple]]]] = {}  # cells whose requests one memo serves, in plan order
+        costs: list[dict[str, float]] = []
+        for cell in cells:
+            s = cell.spec
+            names = member_names(s["pool"])
+            estimator = estimator_for(len(names), s["estimator"])
+            per_size = coalitions_per_size(estimator, len(names), s["budget"])
+            cell._refuse_large(estimator, sum(per_size.values()))
+            if not distinct or sum(per_size.values()) > LISTED_COALITIONS or (s["budget"] or 0) > LISTED_COALITIONS:
+                costs.append(cell._every_request(names, per_size, calls_memo))
+                continue
+            played, runs, episodes = cell._distinct_runs(names, estimator, seen)
+            memo_key = digest([s["pool"], s["task"], s["samples"], s["seed"], s["sampling"]]) \
+                if config.executor.kind == "local" else cell.id
+            turns.setdefault(memo_key, []).append((len(costs), played))
+            costs.append({"runs": runs, "episodes": episodes, "calls": 0.0, "tokens": 0.0})
+        for in_turn in turns.values():  # in plan order, each cell's count is what it adds
+            s = cells[in_turn[0][0]].spec
+            names = member_names(s["pool"])
+            counts = distinct_calls_in_turn([played for _, played in in_turn], names, s["task"]["n"] or 100,
+                                            s["samples"], memoised=memoised_models(s["pool"], len(names)))
+            for (index, _), calls in zip(in_turn, counts):
+                costs[index].update(calls=calls, tokens=calls * cells[index].spec["sampling"]["max_new_tokens"])
+        return costs
+
+    def _refuse_large(self, estimator: str, runs: float) -> None:
+        if runs > MAX_COALITION_RUNS:
+            key = "valuation.budget" if estimator in SAMPLED_ESTIMATORS else \
+                'valuation.estimator (e.g. {exact_up_to = 10, larger = "permutation"} with budget = 200)'
+            raise StudyConfigError(f"study config: {self.id} plans about {runs:,.0f} coalition runs, more than the "
+                                   f"{MAX_COALITION_RUNS:,} a cell runs; lower {key}")
+
+    def _every_request(self, names: list[str], per_size: dict[int, float], calls_memo: dict[tuple, float]
+                       ) -> dict[str, float]:
+        """Every request of the cell counted, per coalition size (an upper bound on what the memo generates)."""
+        s = self.spec
+        n, questions = len(names), s["task"]["n"] or 100
+        runs = episodes = calls = 0.0
+        played = [(s["protocol"]["protocol"], s["protocol"]["options"], k, c) for k, c in per_size.items()]
+        for proto, opts, k, count in [*played, ("vote", {}, 1, float(n))]:  # then the models alone
+            memo = (proto, digest(opts), n, k)
+            if memo not in calls_memo:
+                calls_memo[memo] = calls_per_episode(proto, opts, names, list(range(k)))
+            runs += count
+            episodes += count * questions * s["samples"]
+            calls += count * calls_memo[memo] * questions * s["samples"]
+        return {"runs": runs, "episodes": episodes, "calls": calls, "tokens": calls * s["sampling"]["max_new_tokens"]}
+
+    def _distinct_runs(self, names: list[str], estimator: str, seen: set[str]) -> tuple[list[tuple], float, float]:
+        """The coalitions this cell plays that no earlier cell played (``seen``, updated): ``(protocol, options,
+        mask)`` each, with their count and episodes."""
+        s = self.spec
+        n, questions = len(names), s["task"]["n"] or 100
+        common = [s["protocol"], s["task"], s["samples"], s["seed"], s["sampling"]]
+        jobs = [("protocol", m) for m in _masks(estimator, n, s["budget"], s["seed"])] + \
+            [("alone", 1 << i) for i in range(n)]
+        played_runs: list[tuple] = []
+        runs = episodes = 0.0
+        for what, m in jobs:
+            members = [i for i in range(n) if m >> i & 1]
+            pool_desc = s["pool"] if isinstance(s["pool"], str) else None
+            who = [[i, pool_desc or s["pool"][i]] for i in members]
+            played = {"protocol": "vote", "options": {}} if what == "alone" else s["protocol"]
+            key = digest([played, who, *common[1:]])  # vote's one-member coalitions are the models alone
+            if key in seen:
+                continue
+            seen.add(key)
+            proto, opts = ("vote", {}) if what == "alone" else (s["protocol"]["protocol"], s["protocol"]["options"])
+            played_runs.append((proto, opts, m))
+            runs += 1
+            episodes += questions * s["samples"]
+        return played_runs, runs, episodes
+
+    # ------------------------------------------------------------------ run
+    def run(self, context: CellContext) -> dict[str, Any]:
+        from crl_envs import protocols, valuation
+
+        spec = self.spec
+        pool = build_pool(spec["pool"])
+        task = build_task(spec["task"])
+        estimator = estimator_for(len(pool), spec["estimator"])
+        report = valuation.evaluate(
+            spec["protocol"]["protocol"], pool, task, estimator=estimator, samples=spec["samples"], seed=spec["seed"],
+            budget=spec["budget"] if estimator in SAMPLED_ESTIMATORS else None,
+            cache_dir=Path(context.out) / "coalitions", progress=False, sampling=sampling_params(spec["sampling"]),
+            options=spec["protocol"]["options"], ci_level=spec["ci_level"],
+            bootstrap_resamples=spec["bootstrap_resamples"], executor=context.coalition_executor or "local")
+        d = report.to_dict()
+        d["family"] = protocols.family(spec["protocol"]["protocol"])
+        d["fingerprints"] = {a: pool[a].fingerprint for a in pool.ids}
+        comp = "shapley" if report.shapley is not None else "loo"
+        kt = report.correlation[comp]["kendall"]
+        summary = (f"v(N) {report.system.mean():.3f}, {comp} vs individual Kendall tau-b {kt.value:+.3f} "
+                   f"(p {kt.p_value:.3f}); {report.system_evaluations + report.individual_evaluations} runs, "
+                   f"{report.cached_evaluations} from cache")
+        return {"report": d, "summary": summary}
+
+    def problem(self, result: dict[str, Any]) -> str | None:
+        report = result.get("report")
+        if not isinstance(report, dict) or not isinstance(report.get("ids"), list) \
+                or not isinstance(report.get("example_ids"), list) or not isinstance(report.get("measures"), dict):
+            return "no valuation report (ids, example_ids, measures)"
+        n = len(report["example_ids"])
+        checks = [scores_problem("report.system", report.get("system"), n)]
+        if report.get("estimator") in ESTIMATORS:
+            individual = report["measures"].get("individual")
+            if not isinstance(individual, dict):
+                return "no individual scores"
+            table = individual.get("per_question")  # (models, questions)
+            checks.append(scores_problem("report.measures.individual", table, len(report["ids"])))
+            if not checks[-1] and not all(isinstance(r, list) and len(r) == n for r in table):
+                checks.append(f"report.measures.individual is not {n} scores per model")
+        return next((c for c in checks if c), None)
+
+    def add_to_tables(self, tables: TableInputs, results: Mapping[str, dict[str, Any]]) -> None:
+        tables.valuation.append({"report": results[self.id]["report"], "labels": self.labels()})
+
+    def labels(self) -> dict[str, str]:
+        """The config labels of the setting it values (``pool``, ``protocol``, ``task``)."""
+        return {"pool": self.spec["pool_label"], "protocol": self.spec["protocol_label"], "task": self.spec["task_label"]}
+
+
+def _masks(estimator: str, n: int, budget: int | None, seed: int) -> list[int]:
+    """The non-empty coalitions (bitmasks) ``estimator`` plays on ``n`` models, as :func:`crl_envs.valuation.
+    evaluate` draws them."""
+    from crl_envs.valuation.estimators import exact_masks, loo_masks, permutation_weights, sample_permutations
+
+    if estimator == "exact":
+        return [m for m in exact_masks(n) if m]
+    if estimator == "loo":
+        return loo_masks(n)
+    perms = sample_permutations(n, budget, seed=seed, antithetic=estimator == "antithetic")
+    return list(dict.fromkeys(loo_masks(n) + [m for m in permutation_weights(perms)[0] if m]))
+
+
+def coalitions_per_size(estimator: str, n: int, budget: int | None) -> dict[int, float]:
+    """Size -> the (expected) number of distinct non-empty coalitions ``estimator`` plays, unlisted: exact
+    all ``C(n, k)``; LOO ``N`` and its ``n`` subsets of size ``n - 1``; a sampled estimator's ``budget``
+    permutations give a uniform size-``k`` prefix each, ``C(n, k) (1 - (1 - 1 / C(n, k))^budget)`` distinct
+    in expectation (the LOO coalitions always)."""
+    if estimator == "exact":
+        return {k: float(math.comb(n, k)) for k in range(1, n + 1)}
+    loo = {n: 1.0, n - 1: float(n)} if n > 1 else {1: 1.0}
+    if estimator == "loo":
+        return loo
+    out = {}
+    for k in range(1, n + 1):
+        c = math.comb(n, k)
+        expected = 1.0 if c == 1 else -c * math.expm1(budget * math.log1p(-1.0 / c))
+        out[k] = max(expected, loo.get(k, 0.0))
+    return out
