@@ -752,7 +752,7 @@ def _lr_rule(spec: dict[str, Any], setups_spec: Mapping[str, Any], trainer_names
 def _learners(key: str, learner: Any, learners: Any) -> list[str]:
     """The trained ids of ``learner =`` / ``learners =``, checked by the trainers' own rule (a list of ids,
     none twice); :func:`_check_several` checks them against the pool."""
-    from trainers.base import _learner_ids
+    from trainers.learners import learner_ids as _learner_ids
 
     name = f"{key}.learners" if learners is not None else f"{key}.learner"
     if learners is None and (not isinstance(learner, str) or not re.fullmatch(r"model_\d+", learner)):
@@ -766,12 +766,12 @@ def _learners(key: str, learner: Any, learners: Any) -> list[str]:
 def _check_several(setups: Mapping[str, SetupConfig], where: Mapping[str, str], trainer_names: list[str],
                    pool: PoolConfig, crossplay: bool, lora: bool) -> None:
     """Each setup's learners by the trainers' own rules, before anything loads: in the pool, not a served or
-    scripted member (:func:`trainers.base._check_learner_specs`), several only on trainers that train several
+    scripted member (:func:`trainers.learners.check_learner_specs`), several only on trainers that train several
     (``multi_learner``); with ``crossplay``, every learner has partners it never trained with
     (:func:`trainers.crossplay.crossplay_settings`). ``where``: setup -> the key its learners came from."""
     from trainers import TRAINERS
-    from trainers.base import _check_learner_specs
     from trainers.crossplay import crossplay_settings
+    from trainers.learners import check_learner_specs as _check_learner_specs
 
     members: Any = pool.members
     if pool.named == "zoo":
