@@ -24,7 +24,8 @@ def digest(obj: Any) -> str:
 
 def jsonable(value: Any) -> Any:
     """``value`` as plain JSON data: mappings with ``str`` keys, tuples and lists as lists, numpy arrays as
-    lists and numpy scalars as Python numbers, a Python ``float('nan')`` as ``None``, paths and any other
+    lists and numpy scalars as Python numbers (as numpy gives them: a numpy NaN stays NaN), a Python
+    ``float('nan')`` as ``None``, paths and any other
     object JSON cannot hold as its ``str``.
 
     >>> import numpy as np
@@ -35,13 +36,13 @@ def jsonable(value: Any) -> Any:
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
+    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars (np.float64 is a float: first), torch tensors
+    if callable(tolist) and type(value).__module__.split(".")[0] in ("numpy", "torch"):
+        return tolist()
     if isinstance(value, float):
         return None if math.isnan(value) else value
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, PurePath):
         return str(value)
-    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars (item/tolist), torch tensors
-    if callable(tolist) and type(value).__module__.split(".")[0] in ("numpy", "torch"):
-        return tolist()
     return str(value)

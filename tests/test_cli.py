@@ -61,7 +61,7 @@ def test_mistyped_command_suggests_the_right_one(capsys):
     code, _, err = run_cli(capsys, "vaule")
     assert code == 2
     line = one_line_error(err)
-    assert "unknown command 'vaule' (did you mean 'value'?)" in line and "play, value" in line
+    assert "unknown command 'vaule' (did you mean 'value'?)" in line and "commands: play, study, value" in line  # sorted: not the order of imports
 
 
 def test_protocol_option_typo_lists_valid_options(capsys):

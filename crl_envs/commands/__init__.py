@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     known = list(dict.fromkeys([*SUBCOMMANDS, *PLUGINS]))
     if command is not None and command not in known:
         hint = did_you_mean(command, known)
-        print(f"crl-envs: error: unknown command {command!r}{hint}; commands: {', '.join(known)} "
+        print(f"crl-envs: error: unknown command {command!r}{hint}; commands: {', '.join(sorted(known))} "
               "(crl-envs --help)", file=sys.stderr)
         return 2
     try:
