@@ -11,6 +11,7 @@ that share a cell share its result.
 
 from __future__ import annotations
 
+import abc
 import errno
 import json
 import math
@@ -79,7 +80,7 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class Cell:
+class Cell(abc.ABC):
     """One unit of work: a readable ``id``, its payload ``spec`` (plain data: it runs the same in this process,
     a worker process or on Ray), its ``fingerprint`` and estimated ``cost``; the kind is the class."""
 
@@ -139,25 +140,23 @@ class Cell:
 
     # ------------------------------------------------------------------ cost, run, result
     @classmethod
+    @abc.abstractmethod
     def estimate_costs(cls, config: StudyConfig, cells: list[Cell], *, distinct: bool = True) -> list[dict[str, float]]:
-        """The cost of each of ``cells`` (this kind's, in plan order): ``runs``, ``episodes``, ``calls``, ``tokens``.
-        Per cell by default (:meth:`cost_estimate`); a kind whose cells share work overrides it."""
-        return [c.cost_estimate(config) for c in cells]
+        """The cost of each of ``cells`` (this kind's, in plan order): ``runs``, ``episodes``, ``calls``, ``tokens``,
+        before anything runs (a kind whose cells share work, as valuation cells share coalitions, counts it once)."""
 
-    def cost_estimate(self, config: StudyConfig) -> dict[str, float]:
-        """This cell's ``runs``, ``episodes``, ``calls`` and ``tokens`` before anything runs."""
-        raise NotImplementedError(f"cell kind {self.kind!r} does not estimate its cost")
-
+    @abc.abstractmethod
     def run(self, context: CellContext) -> dict[str, Any]:
         """Do the work; return the result (plain data, with a one-line ``summary``)."""
-        raise NotImplementedError(f"cell kind {self.kind!r} does not run")
 
     def problem(self, result: dict[str, Any]) -> str | None:
         """What is wrong with ``result`` (a dict of this cell's fingerprint and kind) as this kind's result."""
         return None
 
     def add_to_tables(self, tables: TableInputs, results: Mapping[str, dict[str, Any]]) -> None:
-        """Add this finished cell's result (``results[self.id]``) to what the tables read; nothing by default."""
+        """Add this finished cell's result (``results[self.id]``) to what the tables read; a kind whose results
+        no table reads (the default) adds nothing."""
+        del tables, results
 
 
 def cell_kinds() -> list[type[Cell]]:

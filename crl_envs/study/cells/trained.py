@@ -11,15 +11,19 @@ evaluation gives. The trainers are read by what their classes declare, never by 
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from crl_envs.study.cells.base import Cell, CellContext, StudyTracking, scores_problem
 from crl_envs.study.cells.build import build_pool, build_task, calls_per_episode, member_names
 from crl_kit.errors import RunError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from crl_envs.study.config import StudyConfig
 
 #: ``study spec key -> trainer config field``: the option is given to every trainer whose config class has
 #: the field (and is ``None`` in the spec of the others' cells, so their fingerprints do not depend on it).
@@ -139,9 +143,18 @@ class TrainerCell(Cell):
         finally:
             torch.set_num_threads(threads)
 
+    @classmethod
+    def estimate_costs(cls, config: StudyConfig, cells: list[Cell], *, distinct: bool = True) -> list[dict[str, float]]:
+        """Each cell's own :meth:`cost_estimate` (a trainer fit shares no work with another)."""
+        return [c.cost_estimate(config) for c in cells]  # type: ignore[attr-defined]
+
+    @abc.abstractmethod
+    def cost_estimate(self, config: StudyConfig) -> dict[str, float]:
+        """This cell's ``runs``, ``episodes``, ``calls`` and ``tokens`` before anything runs."""
+
+    @abc.abstractmethod
     def run_trainer(self, spec: dict[str, Any], context: CellContext) -> dict[str, Any]:
         """The work, with ``spec``'s learning rate resolved."""
-        raise NotImplementedError(f"cell kind {self.kind!r} does not run")
 
     def problem(self, result: dict[str, Any]) -> str | None:
         ids = result.get("example_ids")
