@@ -134,6 +134,8 @@ def test_websocket_client_mistakes_get_one_line_errors_and_the_session_goes_on(d
     with server_errors() as errors, client(debate_url) as env:
         for arguments, named in [({"seed": "abc"}, "seed must be a non-negative integer"),
                                  ({"seed": -1}, "seed must be a non-negative integer"),
+                                 ({"seed": "abc", "example_id": task[0].id}, "seed must be a non-negative integer"),
+                                 ({"example_id": "x" * 10_000}, "no question with example_id 'xxx"),  # shown cut
                                  ({"example_id": ["a"]}, "example_id must be a string"),
                                  ({"example_id": "no-such-id"}, "no question with example_id 'no-such-id'"),
                                  ({"episode_id": 7}, "episode_id must be a string")]:

@@ -22,6 +22,7 @@ Needs ``openenv-core`` (``pip install 'crl-envs[openenv]'``).
 
 from __future__ import annotations
 
+import reprlib
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -94,7 +95,7 @@ class CollaborationEnvironment(Environment[SeatAction, SeatObservation, SeatStat
               **kwargs: Any) -> SeatObservation:
         example = self._example(seed, example_id, kwargs)
         if episode_id is not None and not isinstance(episode_id, str):
-            raise RequestError(f"episode_id must be a string, got {episode_id!r}")
+            raise RequestError(f"episode_id must be a string, got {reprlib.repr(episode_id)}")
         with self._lock:
             self._check_open()
             self._episode_id = episode_id
@@ -106,18 +107,18 @@ class CollaborationEnvironment(Environment[SeatAction, SeatObservation, SeatStat
             raise RequestError(f"reset() got unknown arguments {sorted(unknown)}; it takes example_id (a question's "
                                "id), seed (question seed mod n) and episode_id")
         task = self.game.task
-        if example_id is not None:
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise RequestError(f"seed must be a non-negative integer (question seed mod {len(task)}), got {reprlib.repr(seed)}")
+        if example_id is not None:  # it names the question: a seed beside it is not used
             if not isinstance(example_id, str):
                 raise RequestError(f"example_id must be a string naming a question of task {task.name!r}, "
-                                   f"got {example_id!r}")
+                                   f"got {reprlib.repr(example_id)}")
             try:
                 return task.by_id(example_id)
             except KeyError:
-                raise RequestError(f"task {task.name!r} has no question with example_id {example_id!r} (ids such as "
+                raise RequestError(f"task {task.name!r} has no question with example_id {reprlib.repr(example_id)} (ids such as "
                                    f"{[ex.id for ex in task.examples[:3]]}; or reset with seed=k for question k mod "
                                    f"{len(task)})") from None
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise RequestError(f"seed must be a non-negative integer (question seed mod {len(task)}), got {seed!r}")
         return task[(seed or 0) % len(task)]
 
     def step(self, action: SeatAction, timeout_s: float | None = None, **kwargs: Any) -> SeatObservation:

@@ -10,7 +10,8 @@ Here (TRL 1.16, its ``environment_factory`` needs transformers >= 5.2):
 - Without tools (any model), the completion is the learner's turn: :func:`seat_reward` hands it to the
   episode, which the partners finish, and returns the learner's reward. A protocol that asks the learner
   for more than one turn needs tools: ``tools=True`` adds :meth:`ToolCollaborationEnvironment.say`, the
-  learner's message for its current turn, returning what the partners said before its next turn.
+  learner's message for its current turn, returning what the partners said before its next turn; the
+  completion's final answer is the learner's last turn (in place of the last ``say`` if those used every turn).
 - The reward is the seat's: the system's score (C-RL), LOO or Shapley credit (``reward=``).
 
 Example (CPU, the zoo; ``docs/integrations.md`` runs it)::
@@ -104,8 +105,8 @@ class ToolCollaborationEnvironment(CollaborationEnvironment):
                 context = seat.say(text) if context is not None else None
             if context is None:
                 raise RunError(f"{seat.game.name} ended before learner {seat.game.learner!r}'s last turn when "
-                                   "replayed with the same messages: its partners do not answer the same requests "
-                                   "alike, so the final answer cannot replace the last say()")
+                               "replayed with the same messages: its partners do not answer the same requests "
+                               "alike, so the final answer cannot replace the last say()")
         return super()._finish(completion)
 
     def _more(self, text: str) -> None:
