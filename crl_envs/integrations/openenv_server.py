@@ -168,7 +168,12 @@ def create_collaboration_app(protocol: Any, pool: Pool | Sequence[Any] | str, ta
     At most ``max_concurrent_envs`` WebSocket sessions at a time; a session whose client has sent nothing
     for ``idle_timeout_s`` seconds (counted from the server's last answer; ``None``: never) is closed and
     its slot freed (OpenEnv checks every ``max(idle_timeout_s / 4, 5)`` s), its next request answered
-    "closed". Client mistakes (:class:`RequestError`) are answered 4xx with one line."""
+    "closed": set it above the learner's generation of one turn plus the partners' play up to its next.
+    Client mistakes (:class:`RequestError`) are answered 4xx with one line.
+
+    Raises:
+        ConfigError: an unknown protocol or reward, a learner not in the pool, or a bad ``max_concurrent_envs``
+            or ``idle_timeout_s``."""
     if isinstance(max_concurrent_envs, bool) or not isinstance(max_concurrent_envs, int) or max_concurrent_envs < 1:
         raise ConfigError(f"max_concurrent_envs must be a positive integer, got {max_concurrent_envs!r}")
     if idle_timeout_s is not None and (isinstance(idle_timeout_s, bool) or not isinstance(idle_timeout_s, (int, float))
