@@ -132,7 +132,7 @@ def test_bad_openenv_apps_and_steps_fail_at_once(zoo, task):
     observation = env.reset(seed=len(task) + 2)  # seed k: the task's question k mod n
     assert not observation.done and task[2].question in observation.context
     last = env.step(SeatAction(message=f"The answer is {task[2].answer}."))
-    assert last.done and last.reward == last.metadata["score"] and env.state.example_id == task[2].id
+    assert last.done and last.reward == last.score and last.example_id == env.state.example_id == task[2].id
 
 
 # ---------------------------------------------------------------------- TRL's environment_factory

@@ -10,7 +10,8 @@ Here (TRL 1.16, its ``environment_factory`` needs transformers >= 5.2):
 - Without tools (any model), the completion is the learner's turn: :func:`seat_reward` hands it to the
   episode, which the partners finish, and returns the learner's reward. A protocol that asks the learner
   for more than one turn needs tools: ``tools=True`` adds :meth:`ToolCollaborationEnvironment.say`, the
-  learner's message for its current turn, returning what the partners said before its next turn.
+  learner's message for its current turn, returning what the partners said before its next turn; the
+  completion's final answer is the learner's last turn (in place of the last ``say`` if those used every turn).
 - The reward is the seat's: the system's score (C-RL), LOO or Shapley credit (``reward=``).
 
 Example (CPU, the zoo; ``docs/integrations.md`` runs it)::
@@ -29,7 +30,7 @@ from agents import Pool, SamplingParams, ScriptedAgent
 from crl_envs.integrations.seat import LearnerSeat, SeatGame, render
 from crl_envs.runner import RequestMemo, run_episodes
 from crl_envs.tasks import Task
-from crl_kit.errors import ConfigError
+from crl_kit.errors import ConfigError, RunError
 
 #: What :meth:`ToolCollaborationEnvironment.say` returns once the episode is over.
 EPISODE_OVER = "The discussion is over; give your final answer."
@@ -64,7 +65,19 @@ class CollaborationEnvironment:
 
 
 class ToolCollaborationEnvironment(CollaborationEnvironment):
-    """A seat with one tool, :meth:`say`, for multi-turn protocols (tool-calling models)."""
+    """A seat with one tool, :meth:`say`, for multi-turn protocols (tool-calling models).
+
+    The model's final answer (its completion's last message, not a tool call) is always its last turn: when
+    its ``say`` calls used every turn, the episode is played again with the final answer in place of the last
+    one (the partners' requests are the same up to there; a :class:`~crl_envs.runner.RequestMemo` reuses them)."""
+
+    def __init__(self, game: SeatGame):
+        super().__init__(game)
+        self._said: list[str] = []  # the messages say() carried into this episode
+
+    def reset(self, **row: Any) -> str | None:
+        self._said = []
+        return super().reset(**row)
 
     def say(self, message: str) -> str:
         """Say your message to the other models in the discussion and read what they answer.
@@ -78,12 +91,37 @@ class ToolCollaborationEnvironment(CollaborationEnvironment):
         if self._seat.context is None:
             return EPISODE_OVER
         context = self._seat.say(message)
+        self._said.append(message)
         return EPISODE_OVER if context is None else render(context)
+
+    def _finish(self, completion: Any) -> float:
+        seat = self._seat
+        if seat.context is None and self._said and answers_last(completion):
+            final = final_text(completion)
+            if final == self._said[-1]:
+                return float(seat.reward)  # the final answer is the turn already said
+            context = seat.reset(seat.example)  # say() used the last turn: play again up to it
+            for text in self._said[:-1]:
+                context = seat.say(text) if context is not None else None
+            if context is None:
+                raise RunError(f"{seat.game.name} ended before learner {seat.game.learner!r}'s last turn when "
+                               "replayed with the same messages: its partners do not answer the same requests "
+                               "alike, so the final answer cannot replace the last say()")
+        return super()._finish(completion)
 
     def _more(self, text: str) -> None:
         """Turns left after the model's final answer: it says that answer again until the episode ends."""
         while self._seat.say(text) is not None:
             pass
+
+
+def answers_last(completion: Any) -> bool:
+    """Whether a TRL completion ends with an answer: a string, or a last message from the assistant without tool
+    calls (a completion cut off mid tool loop ends with a call or its result)."""
+    if isinstance(completion, str):
+        return True
+    messages = list(completion)
+    return bool(messages) and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls")
 
 
 def final_text(completion: Any) -> str:
