@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crl_envs.study.cells.base import Cell, CellContext, TableInputs, scores_problem
+from crl_envs.study.cells.base import Cell, CellContext, TableInputs
 from crl_envs.study.cells.build import (
     build_pool,
     build_task,
@@ -209,8 +209,7 @@ def report_problem(report: Any) -> str | None:
     n, q = len(report["ids"]), len(report["example_ids"])
     if not isinstance(report["names"], list) or len(report["names"]) != n:
         return f"report.names is not {n} names"
-    problem = scores_problem("report.system", report.get("system"), q) or \
-        numbers_problem("report.system", report["system"], (q,), low=0, high=1)
+    problem = numbers_problem("report.system", report.get("system"), (q,), low=0, high=1)
     if problem:
         return problem
     if report.get("estimator") in ESTIMATORS and not isinstance(report["measures"].get("individual"), dict):
