@@ -1,4 +1,5 @@
-"""The checks every layer shares: an integer option, and the "did you mean" hint for a mistyped name.
+"""The checks every layer shares: an integer option, the "did you mean" hint for a mistyped name, and the
+check of numbers read back from a file (:func:`finite_number`, :func:`numbers_problem`).
 
 One place for each rule, so an option is refused in the same words by a protocol, a task, the runner,
 the valuation, a trainer's config and a study config. Imports nothing of the project but
@@ -8,6 +9,7 @@ the valuation, a trainer's config and a study config. Imports nothing of the pro
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
 import re
 from collections.abc import Iterable
@@ -84,4 +86,53 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, allow_none: 
     return int(value)
 
 
-__all__ = ["close_match", "did_you_mean", "is_int", "int_problem", "check_int"]
+def finite_number(value: Any) -> float | None:
+    """``value`` as a finite ``float`` when it is a real number a float holds (an int or a float, not a bool),
+    else ``None``: a string, a bool, NaN, an infinity, or an int too large for a float (a 400-digit JSON
+    integer, which ``float()`` and ``math.isfinite`` answer with ``OverflowError``).
+
+    Example:
+        >>> finite_number(3), finite_number(0.5), finite_number(10 ** 400), finite_number(float("nan")), finite_number("1")
+        (3.0, 0.5, None, None, None)
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        x = float(value)
+    except (OverflowError, ValueError, TypeError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def numbers_problem(name: str, values: Any, shape: tuple[int, ...], *, low: float | None = None,
+                    high: float | None = None) -> str | None:
+    """What is wrong with ``values`` (read back from a file) as nested lists of ``shape`` finite numbers in
+    ``[low, high]`` (``None``: nothing), worded after ``name``: the one check of every table a cache entry or a
+    result file holds, so that a value planted there is refused in one line instead of raising on use.
+
+    Example:
+        >>> numbers_problem("scores", [[0.5, 1]], (1, 2), low=0, high=1) is None
+        True
+        >>> numbers_problem("scores", [[0.5, "x"]], (1, 2))
+        "scores holds 'x', not a finite number"
+        >>> numbers_problem("scores", [0.5, 7.0], (2,), low=0, high=1)
+        'scores holds 7.0, outside [0, 1]'
+    """
+    def walk(v: Any, depth: int) -> str | None:
+        if depth == len(shape):
+            x = finite_number(v)
+            if x is None:
+                text = repr(v)
+                return f"{name} holds {text if len(text) <= 24 else text[:20] + '...'}, not a finite number"
+            if (low is not None and x < low) or (high is not None and x > high):
+                return f"{name} holds {x!r}, outside [{low:g}, {high:g}]" if low is not None and high is not None \
+                    else f"{name} holds {x!r}, {'below ' + format(low, 'g') if low is not None else 'above ' + format(high, 'g')}"
+            return None
+        if not isinstance(v, list) or len(v) != shape[depth]:
+            return f"{name} is not {' x '.join(map(str, shape))} numbers"
+        return next((p for p in (walk(x, depth + 1) for x in v) if p), None)
+
+    return walk(values, 0)
+
+
+__all__ = ["close_match", "did_you_mean", "is_int", "int_problem", "check_int", "finite_number", "numbers_problem"]

@@ -169,7 +169,8 @@ def test_gates_fire_when_the_gain_equals_deleting_the_learner_and_when_grpo_lowe
     assert "crl, placebo: the system's gain does not beat the system without the learner (0.850)" in g["reason"]
     ok = setting_gates(alone_before=0.25, alone_delta={"grpo": _d(0.02, -0.01, 0.05)},
                        system_delta={"crl": _d(0.05, 0.02, 0.08), "grpo": _d(0, 0, 0), "placebo": _d(0, 0, 0)},
-                       trainers=["crl", "grpo", "placebo"], without_learner=0.85, before=0.83)
+                       trainers=["crl", "grpo", "placebo"], without_learner=0.85, before=0.83,
+                       vs_without_learner={"crl": _d(0.03, 0.01, 0.05)})  # the gain's difference CI above 0
     assert ok["comparable"] and ok["reason"] is None
 
 

@@ -460,6 +460,8 @@ def _task_content(key: str, name: str, split: str | None, n: int | None, seed: i
     data. ``None`` otherwise: a procedural task's examples follow from its description (name, split, n,
     seed, options; code changes bump ``CELL_VERSION``), and a hub dataset named by id only is not
     downloaded here (its cells are keyed by its description)."""
+    import hashlib
+
     from crl_envs import tasks as task_registry
     from crl_kit.serial import digest
 
@@ -471,7 +473,13 @@ def _task_content(key: str, name: str, split: str | None, n: int | None, seed: i
     except (ValueError, TypeError, KeyError, OSError, ImportError) as e:
         text = " ".join(str(e).split()) or type(e).__name__
         raise _error(where or (f"{key}.options" if options else key), f"the task does not load: {text}") from None
-    return digest([[e.id, e.question, e.answer, e.metadata] for e in task]) if from_file else None
+    if not from_file:
+        return None
+    # every row of the file(s), of every split: rows that carry a ``split`` field give each split its own
+    path = options["path"]
+    files = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    whole = [hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in files]  # regular files: the task loaded
+    return digest([[[e.id, e.question, e.answer, e.metadata] for e in task], whole])
 
 
 def _protocol(key: str, label: str, spec: Any) -> ProtocolConfig:
@@ -649,7 +657,7 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
             _task_content(f"tasks.{label}", t.name, str(spec.get(split_key, default)), 1, t.seed, t.options,
                           where=f"training.{split_key}")
     lr_rule = _lr_rule(spec, setups_spec, trainer_names, tasks)
-    return TrainingConfig(
+    config = TrainingConfig(
         pool=pool, learner=learner, setups=setups,
         tasks=_labels("training.tasks", spec.get("tasks"), tasks, "task"), trainers=list(trainer_names),
         seeds=_seeds("training.seeds", spec.get("seeds", [0, 1, 2])),
@@ -664,6 +672,43 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         lora=lora, bootstrap_resamples=_int("training.bootstrap_resamples", spec.get("bootstrap_resamples", 5000), 1),
         ci_level=_number("training.ci_level", spec.get("ci_level", 0.95), 0.5, 0.999, "0.95"), alpha=alpha,
         threads=_int("training.threads", spec.get("threads", 1), 1, "1"), crossplay=crossplay, lr_rule=lr_rule)
+    for label in config.tasks:
+        _check_held_out(tasks[label], config)
+    return config
+
+
+def _check_held_out(task: TaskConfig, t: TrainingConfig) -> None:
+    """Refuse a training task whose eval questions are also questions the training trains on or the learning-rate
+    rule selects on, compared by content (each question's text), not by split name: a task read from a file gives
+    every split the whole file (unless its rows carry a ``split`` field), so "train" and "test" named the same
+    questions. The questions are loaded as the cells load them (:func:`crl_envs.study.cells.build.build_task`). A
+    hub dataset named by id, not loaded here, is compared by split name."""
+    from crl_envs import tasks as task_registry
+
+    from_file = "path" in (task_registry.option_names(task.name) or ())
+    if from_file and task.options.get("path") is None:  # a hub dataset: its publisher's splits
+        if t.train_split == t.eval_split:
+            raise _error("training.train_split", f"{t.train_split!r} is also the eval split: the training would see "
+                                                 f"the test questions; use another split (e.g. \"train\")")
+        return
+
+    def questions(split: str, n: int, seed: int) -> set[str]:
+        loaded = task_registry.load(task.name, split=split, n=n, seed=seed, **task.options)
+        return {" ".join(str(e.question).split()) for e in loaded}
+
+    held_out = questions(t.eval_split, t.n_eval, task.seed)
+    uses = [("training.train_split", "trains on", t.train_split, t.n_train, task.seed)]
+    if t.lr_rule is not None:
+        uses.append(("training.lr_rule.split", "chooses the learning rate on", t.lr_rule.split, t.lr_rule.n,
+                     t.lr_rule.task_seed))
+    for key, what, split, n, seed in uses:
+        shared = held_out & questions(split, n, seed)
+        if shared:
+            fix = ("the task is read from a file, which gives every split all its rows: give each row a \"split\" "
+                   "field (\"train\" or \"test\") so each split reads its own" if from_file else
+                   "use splits that do not share questions")
+            raise _error(key, f"{len(shared)} of the {len(held_out)} eval questions of tasks.{task.label} (split "
+                              f"{t.eval_split!r}) are questions the study {what} (split {split!r}); {fix}")
 
 
 _PER_TRAINER = "every trainer gets the same steps and learning rate (one budget and one learning-rate rule for all " \

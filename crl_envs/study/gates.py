@@ -104,6 +104,7 @@ NO_SIGNAL_SHARE = 0.9
 def setting_gates(*, alone_before: float, alone_delta: Mapping[str, Mapping[str, Any]],
                   system_delta: Mapping[str, Mapping[str, Any]], trainers: Sequence[str],
                   without_learner: float | None, before: float,
+                  vs_without_learner: Mapping[str, Mapping[str, Any]] | None = None,
                   zero_variance: Mapping[str, float | None] | None = None,
                   rates_before: Mapping[str, float | None] | None = None,
                   rates_after: Mapping[str, Mapping[str, float | None]] | None = None) -> dict[str, Any]:
@@ -115,8 +116,14 @@ def setting_gates(*, alone_before: float, alone_delta: Mapping[str, Mapping[str,
     - ``placebo_present``: the placebo ran, so every trainer is compared with it;
     - ``no_collapse``: no trainer's learner alone falls to ``COLLAPSE_FRACTION`` of before (CI below 0),
       whatever the system's Δ;
-    - ``not_deletion``: no trainer's system after training equals or trails ``without_learner`` while gaining
-      (a gain that does not beat the system without the learner is deletion).
+    - ``not_deletion``: every trainer that gains (system Δ above 0) beats the system without the learner with
+      evidence: the CI of its paired difference, system after training minus ``without_learner`` per seed and
+      question (``vs_without_learner``: trainer -> ``{"value", "ci"}``, as ``delta_vs_without_learner``), lies
+      above 0. A gain not shown to beat removing the learner is deletion: comparing point means let a learner
+      that defers on 99 of 100 questions pass at 0.74 against 0.73 (difference CI [0.000, 0.023]) and be scored a
+      win. Superiority, not non-inferiority, because the gate's claim is that the learner adds something; a
+      trainer without its difference (none given) has no evidence and fails. Trainers that do not gain are not
+      judged by it (there is no gain to attribute).
 
     Reported beside them, not gated: each trainer's zero-variance share, parse and verdict rates before/after.
     Returns ``{"gates": [...], "comparable": bool, "reason": str | None, "signals": {...}}``."""
@@ -135,7 +142,7 @@ def setting_gates(*, alone_before: float, alone_delta: Mapping[str, Mapping[str,
                       if collapsed else f"no learner alone falls to {COLLAPSE_FRACTION:g}x its {alone_before:.3f}"))
     if without_learner is not None:
         deleted = [t for t in system_delta if system_delta[t]["value"] > 1e-12
-                   and before + system_delta[t]["value"] <= without_learner + 1e-12]
+                   and not _above_zero((vs_without_learner or {}).get(t))]
         gates.append(Gate("not_deletion", not deleted,
                           (", ".join(deleted) + f": the system's gain does not beat the system without the learner "
                            f"({without_learner:.3f})") if deleted else
@@ -145,6 +152,12 @@ def setting_gates(*, alone_before: float, alone_delta: Mapping[str, Mapping[str,
                "rates_after": {t: dict(v) for t, v in (rates_after or {}).items()}}
     return {"gates": [g.to_dict() for g in gates], "comparable": not failed,
             "reason": "; ".join(f"{g.name}: {g.detail}" for g in failed) or None, "signals": signals}
+
+
+def _above_zero(difference: Mapping[str, Any] | None) -> bool:
+    """Whether a ``{"value", "ci"}`` difference's CI lies above 0 (no CI: no evidence, ``False``)."""
+    ci = (difference or {}).get("ci")
+    return bool(ci) and ci[0] is not None and ci[0] > 0
 
 
 def _pts(v: float | None) -> str:

@@ -25,9 +25,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from crl_envs.study.cells import Cell, CellContext, CellJob, StudyTracking, result_problem, run_cell, run_job
+from crl_envs.study.cells import Cell, CellContext, CellJob, StudyTracking, read_result, run_cell, run_job
 from crl_envs.study.config import StudyConfig
-from crl_kit.safe_io import atomic_write_json, read_json
+from crl_kit.safe_io import atomic_write_json
 
 OnResult = Callable[[Cell, dict[str, Any]], Any]
 
@@ -44,11 +44,7 @@ def load_result(out: Path, cell: Cell) -> dict[str, Any] | None:
     path = cell_path(out, cell)
     if not path.exists():
         return None
-    try:
-        result = read_json(path)  # a regular file only: a FIFO planted there must not hang the study
-        problem = result_problem(cell, result)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        problem = f"unreadable ({type(e).__name__}: {e})"
+    result, problem = read_result(path, cell)  # a regular file only: a FIFO planted there must not hang the study
     if problem is None:
         return result
     warnings.warn(f"study cell file {path} is not a valid result of {cell.id}: {problem}; the cell runs again",

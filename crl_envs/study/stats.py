@@ -392,6 +392,7 @@ def _controls(base: Mapping[str, Any], by_trainer: Mapping[str, Any], present: S
                        for k in ("parse_rate", "verdict_rate")} for t in present}
     gates = setting_gates(alone_before=float(np.mean(base["standalone"])), alone_delta=alone_delta, system_delta=delta,
                           trainers=present, without_learner=out.get("without_learner"), before=float(before.mean()),
+                          vs_without_learner=out.get("delta_vs_without_learner"),
                           zero_variance=zero, rates_before=base.get("rates"), rates_after=after_rates)
     out.update(gates=gates["gates"], signals=gates["signals"], comparable=gates["comparable"],
                not_comparable=gates["reason"])

@@ -22,10 +22,12 @@ def load_rows(
     path: str | os.PathLike | Sequence[str | os.PathLike] | None,
     required: Sequence[str],
 ) -> list[dict[str, Any]]:
-    """Rows of ``hub_id``/``config``/``split``, or of the local file(s) at ``path`` (all rows).
+    """Rows of ``hub_id``/``config``/``split``, or of the local file(s) at ``path``.
 
     Local files may be JSON, JSON Lines, Parquet or CSV (gzip-compressed too); they must have the
-    ``required`` fields, as the hub dataset does.
+    ``required`` fields, as the hub dataset does. A file gives every split all its rows, unless its rows
+    carry a ``split`` field: then ``split`` reads the rows whose field names it (one file holding a train
+    and a test split gives each its own, disjoint rows; a split with no row is refused).
     """
     import datasets
     from datasets.exceptions import DatasetGenerationError
@@ -62,7 +64,15 @@ def load_rows(
     missing = set(required) - set(data.column_names)
     if missing:
         raise ConfigError(f"{task} data lacks fields {sorted(missing)}; got {data.column_names}")
-    return list(data)
+    rows = list(data)
+    if path is not None and "split" in data.column_names:
+        kept = [row for row in rows if row["split"] == split]
+        if not kept:
+            named = sorted({str(row["split"]) for row in rows})
+            raise ConfigError(f"{task}: no row of {', '.join(map(repr, files))} has split {split!r} (its rows' split "
+                              f"field holds {named}); ask for one of those splits or mark rows {split!r}")
+        return kept
+    return rows
 
 
 def load_hub_dataset(task: str, hub_id: str, config: str | None, split: str, required: Sequence[str]):

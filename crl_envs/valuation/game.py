@@ -34,7 +34,6 @@ request generated once: :class:`crl_envs.runner.RequestMemo`), so they give the 
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -63,6 +62,7 @@ from crl_envs.valuation.cost import calls_per_episode, distinct_calls
 from crl_envs.valuation.executors import Executor, resolve_executor
 from crl_envs.valuation.spend import Spend
 from crl_kit.errors import ConfigError
+from crl_kit.validation import numbers_problem
 
 CACHE_VERSION = 3
 #: The protocol whose one-member coalition is "the model alone, answering the task once".
@@ -260,7 +260,7 @@ class CoalitionGame:
         score in [0, 1] per question, a :class:`Spend` record), or ``(None, None, what is wrong)``."""
         try:
             record = read_json(path)  # a regular file only: a FIFO planted here must not hang us
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (OSError, ValueError) as e:  # JSON errors, bad UTF-8 and too many digits are ValueErrors
             return None, None, f"unreadable ({type(e).__name__})"
         if not isinstance(record, dict):
             return None, None, f"holds a {type(record).__name__}, not a coalition record"
@@ -272,11 +272,10 @@ class CoalitionGame:
         if not isinstance(raw, list) or len(raw) != len(self.example_ids):
             return None, None, (f"{len(raw) if isinstance(raw, list) else 'no'} scores for "
                                 f"{len(self.example_ids)} questions")
-        if not all(type(x) in (int, float) for x in raw):
-            return None, None, "a score is not a number"
+        problem = numbers_problem("its scores", raw, (len(self.example_ids),), low=0, high=1)
+        if problem:  # a string, NaN, 7.0 or a 400-digit integer (too large for a float): refused, not raised
+            return None, None, problem
         scores = np.asarray(raw, dtype=float)
-        if not (np.isfinite(scores).all() and (scores >= 0).all() and (scores <= 1).all()):
-            return None, None, f"a score outside [0, 1] or not finite ({next(x for x in raw if not 0 <= x <= 1)})"
         spend, problem = Spend.from_dict(record.get("spend"), len(self.example_ids))
         if problem:
             return None, None, problem

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from crl_kit.errors import ConfigError
+from crl_kit.validation import is_int, numbers_problem
 
 #: The fields of a :class:`Spend`, in order; all but ``seconds`` are deterministic.
 FIELDS = ("calls", "prompt_tokens", "generated_tokens", "seconds")
@@ -72,12 +73,11 @@ class Spend:
         values = {}
         for name in FIELDS:
             raw = d.get(name)
-            if not isinstance(raw, list) or len(raw) != questions or not all(type(x) in (int, float) for x in raw):
+            if not isinstance(raw, list) or len(raw) != questions:
                 return None, f"its cost {name!r} is not {questions} numbers"
-            arr = np.asarray(raw, dtype=float)
-            if not (np.isfinite(arr).all() and (arr >= 0).all()):
+            if numbers_problem(name, raw, (questions,), low=0):  # a string, NaN, -1 or 10**400: refused
                 return None, f"its cost {name!r} has a negative or non-finite entry"
-            values[name] = arr
+            values[name] = np.asarray(raw, dtype=float)
         return cls(**values), ""
 
 
@@ -128,15 +128,45 @@ class CoalitionCosts:
                 "spends": [s.to_dict() for s in self.spends]}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> CoalitionCosts:
-        q = len(d["values"][0]) if d["values"] else 0
-        spends = []
-        for k, raw in enumerate(d["spends"]):
-            spend, problem = Spend.from_dict(raw, q)
+    def problem(cls, d: Any, questions: int | None = None) -> str | None:
+        """What is wrong with ``d`` as a :meth:`to_dict` record (``None``: nothing), read back from a file: each
+        mask a distinct non-empty coalition of its ``ids``, one row of ``questions`` values in [0, 1] per mask
+        (a coalition's accuracy edited to 7.0 is refused, never put on a front) and a valid :class:`Spend` per
+        mask (no negative, non-finite or non-numeric cost)."""
+        if not isinstance(d, Mapping) or not isinstance(d.get("ids"), list) or not isinstance(d.get("masks"), list) \
+                or not isinstance(d.get("values"), list) or not isinstance(d.get("spends"), list):
+            return "coalition costs lack ids, masks, values or spends"
+        masks, full = d["masks"], (1 << len(d["ids"])) - 1
+        bad = next((m for m in masks if not is_int(m) or not 0 < m <= full), None)
+        if bad is not None or len(set(masks)) != len(masks):
+            return f"coalition costs name a coalition that is not one of {len(d['ids'])} models ({bad!r})" \
+                if bad is not None else "coalition costs list a coalition twice"
+        if len(d["values"]) != len(masks) or len(d["spends"]) != len(masks):
+            return f"coalition costs have {len(d['values'])} value rows and {len(d['spends'])} costs for {len(masks)} coalitions"
+        if questions is None:
+            questions = len(d["values"][0]) if d["values"] and isinstance(d["values"][0], list) else 0
+        problem = numbers_problem("coalition values", d["values"], (len(masks), questions), low=0, high=1)
+        if problem:
+            return problem
+        for m, raw in zip(masks, d["spends"]):
+            problem = Spend.from_dict(raw, questions)[1]
             if problem:
-                raise ConfigError(f"coalition {d['members'][k]}: {problem}")
-            spends.append(spend)
-        return cls(d["protocol"], list(d["ids"]), [int(m) for m in d["masks"]], np.asarray(d["values"]), spends)
+                return f"coalition {m}: {problem}"
+        return None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CoalitionCosts:
+        """The record :meth:`to_dict` wrote, validated (:meth:`problem`).
+
+        Raises:
+            ConfigError: the record is not a valid one (one line naming what is wrong)."""
+        problem = cls.problem(d)
+        if problem:
+            raise ConfigError(f"{problem}; the record was edited or damaged: value the models again")
+        q = len(d["values"][0]) if d["values"] else 0
+        spends = [Spend.from_dict(raw, q)[0] for raw in d["spends"]]
+        return cls(d["protocol"], list(d["ids"]), [int(m) for m in d["masks"]], np.asarray(d["values"], dtype=float),
+                   spends)
 
     def summary(self, names: Sequence[str] | None = None, limit: int = 12) -> str:
         """A readable table: each coalition's value and mean cost per question (the ``limit`` largest

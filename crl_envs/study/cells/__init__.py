@@ -26,6 +26,7 @@ from crl_envs.study.cells.base import (
     TableInputs,
     cell_kind,
     cell_kinds,
+    read_result,
     result_problem,
     run_cell,
     run_job,
@@ -41,4 +42,4 @@ def _import_kinds() -> None:
 _import_kinds()
 
 __all__ = ["CELL_VERSION", "Cell", "CellContext", "CellJob", "StudyTracking", "TableInputs", "cell_kind", "cell_kinds",
-           "result_problem", "run_cell", "run_job"]
+           "read_result", "result_problem", "run_cell", "run_job"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import abc
 import errno
 import json
-import math
 import os
 import time
 from collections import defaultdict
@@ -23,7 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from crl_kit.errors import ConfigTypeError
+from crl_kit.safe_io import read_json
 from crl_kit.serial import digest
+from crl_kit.validation import finite_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from crl_envs.study.config import SetupConfig, StudyConfig
@@ -109,9 +111,10 @@ class Cell(abc.ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "kind" in cls.__dict__:
-            if cls.kind in _KINDS and _KINDS[cls.kind].__qualname__ != cls.__qualname__:
-                raise TypeError(f"two cell kinds named {cls.kind!r}: {_KINDS[cls.kind].__qualname__} and "
-                                f"{cls.__qualname__}")
+            known = _KINDS.get(cls.kind)
+            if known is not None and _where(known) != _where(cls):  # the same class imported again: itself
+                raise ConfigTypeError(f"two cell kinds named {cls.kind!r}: {_where(known)} and {_where(cls)}; "
+                                      f"remove the second (or give it a kind of its own): a kind is defined once")
             _KINDS[cls.kind] = cls
 
     @classmethod
@@ -159,6 +162,11 @@ class Cell(abc.ABC):
         del tables, results
 
 
+def _where(cls: type) -> str:
+    """A class's full name, ``module.qualname``: two kinds are the same only when this is."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def cell_kinds() -> list[type[Cell]]:
     """The registered kinds, in listing order (:attr:`Cell.order`)."""
     return sorted(_KINDS.values(), key=lambda k: (k.order, k.kind))
@@ -175,8 +183,7 @@ def scores_problem(name: str, values: Any, length: int) -> str | None:
     if not isinstance(values, list) or len(values) != length:
         return f"{name} is not a list of {length} scores"
     flat = [x for row in values for x in (row if isinstance(row, list) else [row])]
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 <= x <= 1
-               for x in flat):
+    if not all((x := finite_number(v)) is not None and 0 <= x <= 1 for v in flat):
         return f"{name} holds a score that is not a finite number in [0, 1]"
     return None
 
@@ -188,6 +195,20 @@ def result_problem(cell: Cell, result: Any) -> str | None:
     if result.get("fingerprint") != cell.fingerprint or result.get("kind") != cell.kind:
         return "another cell's fingerprint or kind"
     return cell.problem(result)
+
+
+def read_result(path: Path, cell: Cell) -> tuple[dict[str, Any] | None, str | None]:
+    """The result file at ``path`` read as ``cell``'s: ``(result, None)``, or ``(None, what is wrong)`` when it is
+    not a regular file (a FIFO or a link planted there: refused, never waited on), not JSON (a number too long
+    for Python's parser included) or not a valid result of ``cell`` (:func:`result_problem`). The one reader of
+    cell files: the scheduler's (a cell whose file is not valid runs again) and a training cell's read of its
+    learning-rate sweep."""
+    try:
+        result = read_json(path)
+        problem = result_problem(cell, result)
+    except (OSError, ValueError) as e:  # JSONDecodeError, UnicodeDecodeError and int-digit limits are ValueErrors
+        return None, f"unreadable ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+    return (result, None) if problem is None else (None, problem)
 
 
 # ---------------------------------------------------------------------- running one cell

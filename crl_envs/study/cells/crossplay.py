@@ -4,7 +4,6 @@ and with partners they never trained with (:func:`trainers.trainer_crossplay`). 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from crl_envs.study.cells.base import Cell, CellContext, TableInputs
 from crl_envs.study.cells.trained import TrainerCell, build_trainer
 from crl_envs.study.config import StudyConfig
 from crl_kit.errors import RunError
+from crl_kit.validation import numbers_problem
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,7 @@ class CrossplayCell(TrainerCell):
         for j, r in learners.items():
             for k in ("trained_with_gain", "unseen_gain"):
                 v = r.get(k) if isinstance(r, dict) else None
-                if not isinstance(v, list) or len(v) != questions or not all(
-                        isinstance(x, (int, float)) and math.isfinite(x) and -1 <= x <= 1 for x in v):
+                if numbers_problem(k, v, (questions,), low=-1, high=1):
                     return f"learners.{j}.{k} is not {questions} gains in [-1, 1]"
         return None
 

@@ -5,7 +5,6 @@ split). They run first: a training cell's rate is the one the rule picks from th
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +15,7 @@ from crl_envs.study.cells.build import build_task
 from crl_envs.study.cells.setting import Setting
 from crl_envs.study.cells.trained import TrainerCell, build_trainer, trainer_episodes
 from crl_envs.study.config import StudyConfig
+from crl_kit.validation import finite_number
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,7 @@ class SweepCell(TrainerCell):
                            f"{before.mean():.3f} -> {after.mean():.3f}"}
 
     def check_scores(self, result: dict[str, Any], questions: int) -> str | None:
-        ok = all(isinstance(result.get(k), (int, float)) and math.isfinite(result[k]) and 0 <= result[k] <= 1
-                 for k in ("before", "after"))
+        ok = all((x := finite_number(result.get(k))) is not None and 0 <= x <= 1 for k in ("before", "after"))
         return None if ok else "before/after are not accuracies in [0, 1]"
 
 

@@ -12,6 +12,7 @@ evaluation gives. The trainers are read by what their classes declare, never by 
 from __future__ import annotations
 
 import abc
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,24 +85,30 @@ def build_trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir
 def resolve_learning_rate(spec: dict[str, Any], out: Path) -> dict[str, Any]:
     """``spec`` with a rule's ``learning_rate`` (``{"rule", "tolerance", "sweep": lr -> sweep cell fingerprint}``)
     replaced by the rate the rule picks from the finished sweep cells (:func:`crl_envs.study.gates.
-    choose_learning_rate`); a number stays as it is.
+    choose_learning_rate`); a number stays as it is. Each sweep file is read as the scheduler reads a cell's
+    (:func:`~crl_envs.study.cells.base.read_result`: a regular file, this sweep cell's kind and fingerprint,
+    accuracies in [0, 1]), never trusted because of its path.
 
     Raises:
-        RunError: a sweep cell has not finished (the study runs them first: rerun it)."""
-    import json
-
+        RunError: a sweep cell has not finished, or its file is not a valid result of it (the study runs sweep
+            cells first and runs again a cell whose file is not valid: rerun it)."""
     rule = spec.get("learning_rate")
     if not isinstance(rule, dict):
         return spec
+    from crl_envs.study.cells.base import cell_kind, read_result
     from crl_envs.study.gates import choose_learning_rate
 
     sweep = {}
     for lr, fingerprint in rule["sweep"].items():
         path = out / "cells" / f"{fingerprint}.json"
-        if not path.exists():
+        if not os.path.lexists(path):
             raise RunError(f"the learning-rate sweep cell for lr {lr} ({path}) has not finished; rerun the study "
                            f"(sweep cells run before training cells)")
-        sweep[float(lr)] = json.loads(path.read_text())
+        result, problem = read_result(path, cell_kind("lr_sweep")(f"lr_sweep/lr{lr}", {}, fingerprint))
+        if problem is not None:
+            raise RunError(f"the learning-rate sweep cell file for lr {lr} ({path}) is not a valid result: {problem}; "
+                           f"rerun the study (the sweep cell runs again before the training cells)")
+        sweep[float(lr)] = result
     chosen = choose_learning_rate(sweep, rule["rule"], rule["tolerance"])
     return {**spec, "learning_rate": chosen["learning_rate"], "learning_rate_choice": chosen}
 

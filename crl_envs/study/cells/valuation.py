@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crl_envs.study.cells.base import Cell, CellContext, TableInputs, scores_problem
+from crl_envs.study.cells.base import Cell, CellContext, TableInputs
 from crl_envs.study.cells.build import (
     build_pool,
     build_task,
@@ -21,6 +21,7 @@ from crl_envs.study.cells.build import (
 from crl_envs.study.config import MAX_COALITION_RUNS, StudyConfig, StudyConfigError
 from crl_envs.valuation.estimators import ESTIMATORS, SAMPLED_ESTIMATORS, estimator_for
 from crl_kit.serial import digest
+from crl_kit.validation import numbers_problem
 
 #: Up to this many coalitions per cell the plan lists them (exact counts, coalitions shared between cells
 #: counted once); above, it counts them per coalition size without listing them (an expectation for the
@@ -170,21 +171,9 @@ class ValuationCell(Cell):
         return {"report": d, "summary": summary}
 
     def problem(self, result: dict[str, Any]) -> str | None:
-        report = result.get("report")
-        if not isinstance(report, dict) or not isinstance(report.get("ids"), list) \
-                or not isinstance(report.get("example_ids"), list) or not isinstance(report.get("measures"), dict):
-            return "no valuation report (ids, example_ids, measures)"
-        n = len(report["example_ids"])
-        checks = [scores_problem("report.system", report.get("system"), n)]
-        if report.get("estimator") in ESTIMATORS:
-            individual = report["measures"].get("individual")
-            if not isinstance(individual, dict):
-                return "no individual scores"
-            table = individual.get("per_question")  # (models, questions)
-            checks.append(scores_problem("report.measures.individual", table, len(report["ids"])))
-            if not checks[-1] and not all(isinstance(r, list) and len(r) == n for r in table):
-                checks.append(f"report.measures.individual is not {n} scores per model")
-        return next((c for c in checks if c), None)
+        """What is wrong with ``result`` as this cell's report, read back from its file: every table the study's
+        tables and fronts read is checked here (:func:`report_problem`), so an edited file runs the cell again."""
+        return report_problem(result.get("report"))
 
     def add_to_tables(self, tables: TableInputs, results: Mapping[str, dict[str, Any]]) -> None:
         tables.valuation.append({"report": results[self.id]["report"], "labels": self.labels()})
@@ -192,6 +181,69 @@ class ValuationCell(Cell):
     def labels(self) -> dict[str, str]:
         """The config labels of the setting it values (``pool``, ``protocol``, ``task``)."""
         return {"pool": self.spec["pool_label"], "protocol": self.spec["protocol_label"], "task": self.spec["task_label"]}
+
+
+#: The range of each measure's per-question values in a game of values in [0, 1] (the cost-aware measures and
+#: interactions: finite numbers only, a cost-Shapley share may be negative).
+MEASURE_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "individual": (0.0, 1.0), "loo": (-1.0, 1.0), "shapley": (-1.0, 1.0), "banzhaf": (-1.0, 1.0)}
+#: What :meth:`crl_envs.valuation.report.ValuationReport.from_dict` reads besides the tables.
+REPORT_KEYS = ("protocol", "task", "names", "estimator", "empty_value", "system_evaluations", "coalitions",
+               "samples", "seed", "budget", "ci_level", "bootstrap_resamples")
+
+
+def report_problem(report: Any) -> str | None:
+    """What is wrong with ``report`` (a :meth:`~crl_envs.valuation.report.ValuationReport.to_dict` read back from a
+    cell file) as a valuation report (``None``: nothing): its keys, the system's and every measure's per-question
+    table (models x questions, finite, in the measure's range), their draws, the coalition costs
+    (:meth:`~crl_envs.valuation.spend.CoalitionCosts.problem`: values in [0, 1], no negative cost, known masks;
+    the grand coalition's values are the system's), the cost measures and the interactions."""
+    from crl_envs.valuation.spend import CoalitionCosts
+
+    if not isinstance(report, dict) or not isinstance(report.get("ids"), list) \
+            or not isinstance(report.get("example_ids"), list) or not isinstance(report.get("measures"), dict):
+        return "no valuation report (ids, example_ids, measures)"
+    missing = [k for k in REPORT_KEYS if k not in report]
+    if missing:
+        return f"the report lacks {', '.join(missing)}"
+    n, q = len(report["ids"]), len(report["example_ids"])
+    if not isinstance(report["names"], list) or len(report["names"]) != n:
+        return f"report.names is not {n} names"
+    problem = numbers_problem("report.system", report.get("system"), (q,), low=0, high=1)
+    if problem:
+        return problem
+    if report.get("estimator") in ESTIMATORS and not isinstance(report["measures"].get("individual"), dict):
+        return "no individual scores"
+    for where, measures in (("measures", report["measures"]), ("cost_measures", report.get("cost_measures", {}))):
+        if not isinstance(measures, dict):
+            return f"report.{where} is not a table of measures"
+        for name, m in measures.items():
+            low, high = MEASURE_RANGES.get(name, (None, None)) if where == "measures" else (None, None)
+            if not isinstance(m, dict):
+                return f"report.{where}.{name} is not a measure"
+            problem = numbers_problem(f"report.{where}.{name}.per_question", m.get("per_question"), (n, q),
+                                      low=low, high=high)
+            if problem:
+                return problem
+            draws = m.get("draws")
+            if draws is not None and (not isinstance(draws, list) or not draws or not isinstance(draws[0], list)
+                                      or numbers_problem("draws", draws, (n, len(draws[0])))):
+                return f"report.{where}.{name}.draws is not {n} rows of finite numbers (models x draws)"
+    costs = report.get("coalition_costs")
+    if costs is not None:
+        problem = CoalitionCosts.problem(costs, q)
+        if problem:
+            return f"report.coalition_costs: {problem}"
+        full = (1 << n) - 1
+        if full in costs["masks"] and costs["values"][costs["masks"].index(full)] != report["system"]:
+            return "report.coalition_costs: the grand coalition's values are not the system's"
+    interactions = report.get("interactions")
+    if interactions is not None:
+        pairs = interactions.get("interactions") if isinstance(interactions, dict) else None
+        if not isinstance(pairs, list) or numbers_problem("report.interactions.per_question",
+                                                          interactions.get("per_question"), (len(pairs), q)):
+            return "report.interactions is not one row of finite numbers per interaction and question"
+    return None
 
 
 def _masks(estimator: str, n: int, budget: int | None, seed: int) -> list[int]:
