@@ -47,14 +47,15 @@ TASKSET_ID = "crl-envs-seat"
 
 class SeatTasksetConfig(vf.TasksetConfig):
     """The game: what :class:`~crl_envs.integrations.seat.SeatGame` takes, as verifiers config
-    (``--env.taskset.protocol debate`` on verifiers' command line)."""
+    (``--env.taskset.protocol debate`` on verifiers' command line). The defaults are the zoo's rookie
+    (``model_4``) in a debate on arith: verifiers' command line builds the config from the id alone first."""
 
     id: str = TASKSET_ID
-    protocol: str = Field(..., description="a protocol name (crl_envs.protocols), e.g. 'debate'")
-    pool: str = Field(..., description="a pool spec (agents.pool), e.g. 'zoo'")
-    task_name: str = Field(..., description="a task name (crl_envs.tasks.load), e.g. 'arith' (verifiers' own "
-                           "`task` field is the per-task config)")
-    learner: str = Field(..., description="the pool member whose seat the policy takes")
+    protocol: str = Field("debate", description="a protocol name (crl_envs.protocols)")
+    pool: str = Field("zoo", description="a pool spec (agents.pool)")
+    task_name: str = Field("arith", description="a task name (crl_envs.tasks.load; verifiers' own `task` field "
+                           "is the per-task config)")
+    learner: str = Field("model_4", description="the pool member whose seat the policy takes")
     task_options: dict[str, Any] = Field(default_factory=dict, description="keyword options of tasks.load")
     protocol_options: dict[str, Any] = Field(default_factory=dict, description="the protocol's options")
     reward: str = Field("system", description=f"the learner's reward: one of {REWARDS}")
