@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import shutil
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -128,8 +132,13 @@ def test_bad_games_fail_when_the_taskset_is_built():
 
 
 @pytest.mark.slow
-def test_a_verifiers_rollout_is_the_libraries_episode_and_reward(task):
+def test_a_verifiers_rollout_is_the_libraries_episode_and_reward(task, monkeypatch):
     """Two tasks through verifiers' own machinery (harness program, interception, client)."""
+    # verifiers runs its chat harness with the uv on PATH (else it tries `pip install --user uv`): this
+    # environment's own, which the extra installs, also when the environment is not activated
+    here = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", f"{here}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert shutil.which("uv"), "no uv on PATH: pip install 'crl-envs[verifiers]' installs it"
     model = ScriptedModel()
     env = vf.load_environment(seat_config())
     ctx = vf.ModelContext(model="scripted", client=vf.EvalClientConfig(base_url=model.url, api_key_var="CRL_NO_KEY"))
