@@ -6,7 +6,8 @@ its own (the current ``openenv`` release cannot share the suite's environment). 
 ``[[index, [message, ...]], ...]``, played concurrently, one OpenEnv session each: each play looks its
 question up through OpenEnv 0.10's Task API (``/{env_name}/task``) and resets on its id. Prints one JSON
 object: the OpenEnv version, the splits and task count the Task API lists, the
-state's fields ``/schema`` publishes and, per play, the task spec,
+state's fields ``/schema`` publishes, the status codes of two bad task requests (an index out of
+range, an unknown split) and, per play, the task spec,
 the contexts the client saw, the final ``reward`` and ``done``, and the session's state.
 """
 
@@ -79,13 +80,15 @@ def main(spec_path: str) -> None:
         split = splits[0]["name"]
         state_fields = sorted(httpx.get(f"{url}/schema", timeout=60).json()["state"]["properties"])
         count = httpx.post(f"{url}/{env_name}/num_tasks", json={"split": split}, timeout=60).json()["num_tasks"]
+        refused = [httpx.post(f"{url}/{env_name}/task", json=bad, timeout=60).status_code
+                   for bad in ({"split": split, "index": count}, {"split": "no-such-split", "index": 0})]
         with ThreadPoolExecutor(len(spec["plays"])) as workers:
             plays = list(workers.map(lambda play: _play(url, env_name, split, *play), spec["plays"]))
     finally:
         server.should_exit = True
         thread.join(timeout=30)
     print(json.dumps({"openenv": openenv_release(), "env_name": env_name, "splits": splits, "num_tasks": count,
-                      "state_fields": state_fields, "plays": plays}))
+                      "state_fields": state_fields, "refused": refused, "plays": plays}))
 
 
 if __name__ == "__main__":

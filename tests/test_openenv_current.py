@@ -116,6 +116,7 @@ def test_the_current_openenv_plays_the_same_episodes_as_in_process(openenv_pytho
     assert served["openenv"] == "openenv 0.10.0"  # the current release, not openenv-core
     assert served["env_name"] == "debate_v0" and served["num_tasks"] == len(task)
     assert served["splits"] == [{"name": task.name, "type": "validation"}]
+    assert served["refused"] == [400, 400]  # an index out of range, an unknown split: client mistakes
     assert {"protocol", "example_id", "turns"} <= set(served["state_fields"])  # SeatState, published by 0.10
     game = SeatGame("debate", agents.pool("zoo"), task, LEARNER, options={"rounds": 2})
     for (index, texts), play in zip(PLAYS, served["plays"]):
