@@ -42,7 +42,7 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     "valuation": (4, ("crl_envs.valuation", "crl_envs.valuation.*")),
     "trainers": (4, ("trainers", "trainers.*")),
     "study": (5, ("crl_envs.study", "crl_envs.study.*")),
-    "integrations": (5, ("crl_envs.integrations", "crl_envs.integrations.*")),  # TRL env factory, OpenEnv server
+    "integrations": (5, ("crl_envs.integrations", "crl_envs.integrations.*", "crl_envs_seat")),  # TRL, OpenEnv, verifiers
     "interface": (6, ("crl_envs", "crl_envs.commands", "crl_envs.commands.*")),
     "tools": (7, ("tools", "tools.*")),  # the zoo's builders: a checkout's tools, not in the installed package
 }

