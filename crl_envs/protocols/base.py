@@ -521,12 +521,12 @@ def speaker_stops(n_agents: int, label: str = "Agent") -> list[str]:
 
 def with_speaker_stops(sampling: SamplingParams, n_agents: int) -> SamplingParams:
     """``sampling`` that also stops at :func:`speaker_stops`: an answer ends where it starts a peer's
-    turn ("\nAgent 2: ..."), so no model, and no learner played from outside, writes lines that
+    turn ("\\nAgent 2: ..."), so no model, and no learner played from outside, writes lines that
     readers take for another agent's. The rule the CLI gives models and the learner's seat applies.
 
     Example:
-        >>> with_speaker_stops(SamplingParams(stop=["\nUser:"]), 2).stop
-        ('\nUser:', '\nAgent 1:', '\nAgent 2:')
+        >>> with_speaker_stops(SamplingParams(stop=["\\nUser:"]), 2).stop
+        ('\\nUser:', '\\nAgent 1:', '\\nAgent 2:')
     """
     return replace(sampling, stop=(*sampling.stop, *speaker_stops(n_agents)))
 
