@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 PROTOCOL_MODULES: dict[str, str] = {name: roster.module(name) for name in roster.VERSIONS}
 
 _SUBMODULES = ("tasks", "valuation", "wrappers", "protocols", "runner", "sandbox", "spaces", "commands")
-_FROM_RUNNER = ("Episode", "TurnRecord", "Usage", "run_episodes", "total_usage")
+_FROM_RUNNER = ("Episode", "EpisodeStepper", "TurnRecord", "Usage", "run_episodes", "total_usage")
 
 
 def __getattr__(name: str) -> Any:
@@ -71,8 +71,8 @@ _register_with_pettingzoo()
 if TYPE_CHECKING:  # pragma: no cover
     from crl_envs import protocols, tasks, valuation, wrappers
     from crl_envs.protocols import PROTOCOLS
-    from crl_envs.runner import Episode, TurnRecord, Usage, run_episodes, total_usage
+    from crl_envs.runner import Episode, EpisodeStepper, TurnRecord, Usage, run_episodes, total_usage
 
 __all__ = ["tasks", "wrappers", "valuation", "protocols", "roster", "PROTOCOLS", "PROTOCOL_MODULES",
            *(roster.versioned(name) for name in roster.VERSIONS),
-           "run_episodes", "Episode", "TurnRecord", "Usage", "total_usage"]
+           "run_episodes", "Episode", "EpisodeStepper", "TurnRecord", "Usage", "total_usage"]

@@ -35,7 +35,7 @@ from agents import (
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
-from crl_envs.protocols.base import ProtocolEnv
+from crl_envs.protocols.base import ProtocolEnv, Reply
 from crl_envs.tasks import Example, Task
 from crl_kit.errors import ConfigError, ConfigTypeError, CrlEnvsError, ModelError
 from crl_kit.validation import check_int
@@ -275,13 +275,13 @@ def run_coalitions(
     run = _prepare_run(protocol, pool, task, coalitions, samples=samples, seed=seed, policies=policies,
                        batch_size=batch_size, sampling=sampling, examples=examples, options=options,
                        record=record, memo=memo)
-    slots = [slot for coalition in coalitions for slot in _start_slots(run, coalition)]
-    protocol_name = slots[0].env.metadata["name"] if slots else getattr(run.factory, "__name__", str(protocol))
-    if slots:
-        _check_sampled_agents(run.sampling, slots[0].env, protocol_name)
-    what = f"{len(slots)} episodes" + (f" of {len(coalitions)} coalitions" if len(coalitions) > 1 else "")
-    _play(run, slots, description=f"{protocol_name}, {what}", progress=progress)
-    episodes = [slot.episode(protocol_name, run.seed) for slot in slots]
+    steppers = [stepper for coalition in coalitions for stepper in _start(run, coalition)]
+    protocol_name = steppers[0].env.metadata["name"] if steppers else getattr(run.factory, "__name__", str(protocol))
+    if steppers:
+        _check_sampled_agents(run.sampling, steppers[0].env, protocol_name)
+    what = f"{len(steppers)} episodes" + (f" of {len(coalitions)} coalitions" if len(coalitions) > 1 else "")
+    _play(run, steppers, description=f"{protocol_name}, {what}", progress=progress)
+    episodes = [stepper.episode() for stepper in steppers]
     per = len(run.examples) * run.samples
     return [episodes[k * per : (k + 1) * per] for k in range(len(coalitions))]
 
@@ -304,24 +304,134 @@ class _Run:
     memo: RequestMemo | None
 
 
-@dataclass
-class _Slot:
-    """One episode in play: its env, question and sample, what was said and spent, and the answers
-    of the current phase until the env is stepped."""
+class EpisodeStepper:
+    """One episode played a phase at a time: the one episode driver.
 
-    env: ProtocolEnv
-    example: Example
-    sample: int
-    transcript: list[TurnRecord] = field(default_factory=list)
-    usage: dict[str, Usage] = field(default_factory=dict)
-    actions: dict[str, str] = field(default_factory=dict)
-    finish_reasons: dict[str, str] = field(default_factory=dict)
+    :attr:`requests` are the generation requests the current phase needs, ``(agent id, model,
+    request)`` in the env's agent order; :meth:`give` takes their generations (in that order), steps
+    the env and moves to the next phase; :attr:`done` says when the episode is over and
+    :meth:`episode` returns it. :func:`run_coalitions` steps many in lockstep (one batched call per
+    model per phase across all of them); the learner's seat (:mod:`crl_envs.integrations.seat`) and
+    the SB3 wrapper step one at a time. Each turn's finish reason reaches the env with its action
+    (a :class:`~crl_envs.protocols.base.Reply`).
 
-    def record(self, agent_id: str, model: Agent, request: Request, gen: Generation, *, generated: bool,
-               keep_tokens: bool) -> None:
-        """One answer of the current phase: kept for the step, the transcript and the usage."""
-        self.actions[agent_id] = gen.text
-        self.finish_reasons[agent_id] = gen.finish_reason
+    Args:
+        env: a protocol env (the stepper resets it); ``example``: the question.
+        sample: the episode's index among the question's samples.
+        coalition: the members taking part (all by default).
+        seed: the run's seed: the env's seed derives from (seed, example, sample), every request's
+            sampling seed from (seed, example, sample, agent, phase).
+        policies: ``agent id -> Agent`` overrides; ``sampling``: as in :func:`run_episodes`.
+        record: agent ids whose token ids and log-probs are kept (default: the overridden ones).
+
+    Example:
+        >>> import agents, crl_envs
+        >>> pool = agents.pool([agents.ScriptedAgent.expert(f"expert-{a}", a) for a in (0.9, 0.6, 0.3)])
+        >>> task = crl_envs.tasks.load("arith", n=2)
+        >>> stepper = EpisodeStepper(crl_envs.vote_v0(pool, task), task[0])
+        >>> while not stepper.done:
+        ...     stepper.give(generate_grouped([(model, request) for _, model, request in stepper.requests]))
+        >>> episode = stepper.episode()
+        >>> len(episode.transcript), episode.score == run_episodes("vote", pool, task, examples=[0])[0].score
+        (3, True)
+    """
+
+    def __init__(self, env: ProtocolEnv, example: Example, sample: int = 0, *,
+                 coalition: Sequence[str | int] | None = None, seed: int = 0,
+                 policies: Mapping[str, Agent] | None = None,
+                 sampling: SamplingParams | Mapping[str, SamplingParams] | None = None,
+                 record: Sequence[str] | None = None):
+        self.env, self.example, self.sample, self.seed = env, example, sample, seed
+        self.policies = dict(policies or {})
+        self.sampling = sampling
+        self.recorded = set(self.policies) if record is None else set(record)
+        self.transcript: list[TurnRecord] = []
+        self.usage: dict[str, Usage] = {}
+        #: what the env returned last (PettingZoo's dicts): observations, infos and the step's rewards
+        self.observations, self.infos = env.reset(seed=stable_hash(seed, example.id, sample) % (2**32),
+                                                  options={"coalition": coalition, "example": example})
+        self.rewards: dict[str, float] = {}
+        self._requests = self._plan()
+
+    @property
+    def done(self) -> bool:
+        """Whether the episode is over."""
+        return not self.env.agents
+
+    @property
+    def requests(self) -> list[tuple[str, Agent, Request]]:
+        """``(agent id, model, request)`` for every turn of the current phase (empty once done)."""
+        return list(self._requests)
+
+    def give(self, generations: Sequence[Generation], *, generated: Sequence[bool] | None = None,
+             actions: Mapping[str, Any] | None = None) -> None:
+        """Answer the current phase and step the env.
+
+        Args:
+            generations: one per request of :attr:`requests` (less those of ``actions``), in order.
+            generated: for each generation, whether it was generated (False: reused from a memo);
+                counted in the usage. All True by default.
+            actions: raw actions of agents the caller plays itself (an SB3 policy's choice), by agent id.
+
+        Raises:
+            ValueError: the generations do not match the requests.
+        """
+        actions = dict(actions or {})
+        answered = [call for call in self._requests if call[0] not in actions]
+        if set(actions) - {agent_id for agent_id, _, _ in self._requests}:
+            raise ConfigError(f"actions name agents {sorted(actions)} but the phase waits for "
+                              f"{[a for a, _, _ in self._requests]}")
+        if len(generations) != len(answered) or (generated is not None and len(generated) != len(generations)):
+            raise ConfigError(f"{len(generations)} generations for {len(answered)} requests of phase "
+                              f"{self.env.phase.name!r}: give one generation per request, in order")
+        fresh = iter([True] * len(generations) if generated is None else generated)
+        given = iter(generations)
+        for agent_id, model, request in self._requests:
+            if agent_id in actions:  # in the transcript as the env reads it; no generation, no usage
+                self._record(agent_id, model, request, Generation(str(actions[agent_id]), completion_tokens=0),
+                             generated=False, usage=False)
+                continue
+            gen = next(given)
+            self._record(agent_id, model, request, gen, generated=next(fresh))
+            actions[agent_id] = Reply(gen.text, gen.finish_reason)
+        self.observations, self.rewards, _, _, self.infos = self.env.step(actions)
+        self._requests = self._plan()
+
+    def play_phase(self, *, memo: RequestMemo | None = None, batch_size: int | None = None) -> None:
+        """Generate the current phase's requests (one batched call per model, as
+        :func:`generate_grouped`) and :meth:`give` them: stepping one episode on its own."""
+        gens, fresh = _generate([(model, request) for _, model, request in self._requests], batch_size=batch_size,
+                                memo=memo)
+        self.give(gens, generated=fresh)
+
+    def episode(self) -> Episode:
+        """The finished episode."""
+        if not self.done:
+            raise RuntimeError("episode() before the episode ended: give the generations of every phase first")
+        outcome = self.env.outcome
+        return Episode(
+            protocol=self.env.metadata["name"],
+            example_id=self.example.id,
+            sample=self.sample,
+            coalition=list(self.env.members),
+            score=float(outcome.score),
+            answer=outcome.answer,
+            reference=self.example.answer,
+            answers=dict(outcome.answers),
+            standalone=dict(outcome.standalone),
+            transcript=self.transcript,
+            usage=self.usage,
+            seed=self.seed,
+        )
+
+    def _plan(self) -> list[tuple[str, Agent, Request]]:
+        return phase_requests(self.env, None, self.example, self.sample, seed=self.seed, policies=self.policies,
+                              sampling=self.sampling)
+
+    def _record(self, agent_id: str, model: Agent, request: Request, gen: Generation, *, generated: bool,
+                usage: bool = True) -> None:
+        """One answer of the current phase: kept for the transcript and (``usage``) the usage."""
+        keep_tokens = agent_id in self.recorded
         self.transcript.append(
             TurnRecord(
                 phase=request.context.phase_index,
@@ -336,33 +446,10 @@ class _Slot:
                 finish_reason=gen.finish_reason,
             )
         )
-        self.usage.setdefault(agent_id, Usage()).add(
-            Usage(1, gen.prompt_tokens, gen.completion_tokens, gen.seconds, int(generated),
-                  gen.completion_tokens if generated else 0))
-
-    def step(self) -> bool:
-        """Step the env with the phase's answers; whether the episode goes on."""
-        self.env.step(self.actions, finish_reasons=self.finish_reasons)
-        self.actions, self.finish_reasons = {}, {}
-        return bool(self.env.agents)
-
-    def episode(self, protocol_name: str, seed: int) -> Episode:
-        """The finished episode."""
-        outcome = self.env.outcome
-        return Episode(
-            protocol=protocol_name,
-            example_id=self.example.id,
-            sample=self.sample,
-            coalition=list(self.env.members),
-            score=float(outcome.score),
-            answer=outcome.answer,
-            reference=self.example.answer,
-            answers=dict(outcome.answers),
-            standalone=dict(outcome.standalone),
-            transcript=self.transcript,
-            usage=self.usage,
-            seed=seed,
-        )
+        if usage:
+            self.usage.setdefault(agent_id, Usage()).add(
+                Usage(1, gen.prompt_tokens, gen.completion_tokens, gen.seconds, int(generated),
+                      gen.completion_tokens if generated else 0))
 
 
 def _prepare_run(
@@ -450,17 +537,11 @@ def _check_options_type(options: Any) -> None:
         raise ConfigTypeError(f"options must be a dict of protocol options (e.g. {{'rounds': 3}}), got {type(options).__name__}")
 
 
-def _start_slots(run: _Run, coalition: Sequence[str | int] | None) -> list[_Slot]:
-    """One reset env per (example, sample) of ``coalition``, in that order; an episode's env seed
-    derives from the run's seed, the example and the sample alone."""
-    slots = []
-    for example in run.examples:
-        for sample in range(run.samples):
-            env = run.factory(run.pool, run.task, **run.options)
-            env.reset(seed=stable_hash(run.seed, example.id, sample) % (2**32),
-                      options={"coalition": coalition, "example": example})
-            slots.append(_Slot(env, example, sample))
-    return slots
+def _start(run: _Run, coalition: Sequence[str | int] | None) -> list[EpisodeStepper]:
+    """One episode per (example, sample) of ``coalition``, in that order."""
+    return [EpisodeStepper(run.factory(run.pool, run.task, **run.options), example, sample, coalition=coalition,
+                           seed=run.seed, policies=run.policies, sampling=run.sampling, record=run.recorded)
+            for example in run.examples for sample in range(run.samples)]
 
 
 def _check_sampled_agents(sampling: Any, env: ProtocolEnv, protocol_name: str) -> None:
@@ -472,30 +553,28 @@ def _check_sampled_agents(sampling: Any, env: ProtocolEnv, protocol_name: str) -
                              f"{env.possible_agents}")
 
 
-def _play(run: _Run, slots: list[_Slot], *, description: str, progress: bool) -> None:
-    """Play every slot to its end, phase by phase: each phase one batched call per model across the
-    live slots, then every live slot stepped.
+def _play(run: _Run, steppers: list[EpisodeStepper], *, description: str, progress: bool) -> None:
+    """Play every episode to its end, phase by phase: each phase one batched call per model across the
+    live episodes, then every live episode stepped.
 
     The bar counts generated tokens, after every model's batched call: in lockstep every episode ends
     in the last phase, so a count of finished episodes would sit at 0 and then jump to the end."""
     fingerprints: dict[int, str] = {}  # per model, once per call (an HF fingerprint hashes the weights)
     bar = tqdm(desc=description, unit="tok", unit_scale=True, disable=not progress, leave=False)
-    live, finished = list(slots), 0
+    live = [stepper for stepper in steppers if not stepper.done]
     while live:
-        calls = [(slot, *call) for slot in live for call in phase_requests(
-            slot.env, None, slot.example, slot.sample, seed=run.seed, policies=run.policies, sampling=run.sampling)]
-        phase_names = sorted({request.context.phase for *_, request in calls})
-        bar.set_postfix_str(f"phase {'/'.join(phase_names)}, {finished}/{len(slots)} episodes done")
-        gens, fresh = _generate(
-            [(model, request) for _, _, model, request in calls], batch_size=run.batch_size,
-            on_batch=lambda done: bar.update(sum(g.completion_tokens for g in done)), memo=run.memo,
-            fingerprints=fingerprints)
-        for (slot, agent_id, model, request), gen, generated in zip(calls, gens, fresh):
-            slot.record(agent_id, model, request, gen, generated=generated, keep_tokens=agent_id in run.recorded)
-        still = [slot for slot in live if slot.step()]
-        finished += len(live) - len(still)
-        live = still
-    bar.set_postfix_str(f"{finished}/{len(slots)} episodes done")
+        asked = [stepper.requests for stepper in live]
+        calls = [(model, request) for requests in asked for _, model, request in requests]
+        phase_names = sorted({request.context.phase for _, request in calls})
+        bar.set_postfix_str(f"phase {'/'.join(phase_names)}, {len(steppers) - len(live)}/{len(steppers)} episodes done")
+        gens, fresh = _generate(calls, batch_size=run.batch_size, memo=run.memo, fingerprints=fingerprints,
+                                on_batch=lambda done: bar.update(sum(g.completion_tokens for g in done)))
+        start = 0
+        for stepper, requests in zip(live, asked):
+            stepper.give(gens[start : start + len(requests)], generated=fresh[start : start + len(requests)])
+            start += len(requests)
+        live = [stepper for stepper in live if not stepper.done]
+    bar.set_postfix_str(f"{len(steppers)}/{len(steppers)} episodes done")
     bar.close()
 
 

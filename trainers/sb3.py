@@ -7,11 +7,12 @@ from the pool. Observations are a bounded ``Box`` of features of the question (S
 ``Text`` spaces), actions are the discrete choice, and :meth:`SingleAgentEnv.action_masks` follows
 sb3-contrib's ``MaskablePPO`` convention (read from the protocol observation's ``"action_mask"``).
 
-**This is the sb3 path, and the one place that plays an env outside** :func:`crl_envs.run_episodes`:
-SB3 steps one env at a time and needs the protocol to wait for each decision, so the wrapper drives
-ONE env instance itself, with one batched ``generate`` per Agent per phase. Greedy answers are
-cached by (agent, prompt): the router's choice only selects which model answers, so after the
-first visit of a question every answer is a cache hit and an SB3 step costs no model call.
+SB3 steps one env at a time and needs the protocol to wait for each decision, so the wrapper steps ONE
+episode with the runner's episode driver (:class:`crl_envs.runner.EpisodeStepper`: the same requests,
+seeds and finish reasons as :func:`crl_envs.run_episodes`), with one batched ``generate`` per Agent per
+phase. Greedy answers are cached by (agent, prompt): the router's choice only selects which model
+answers, so after the first visit of a question every answer is a cache hit and an SB3 step costs no
+model call.
 
 Example:
     >>> import agents, crl_envs
@@ -26,17 +27,18 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from agents import Agent, Pool, SamplingParams
+from agents import Agent, Generation, Pool, SamplingParams
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
-from crl_envs.runner import generate_grouped, phase_requests
+from crl_envs.runner import EpisodeStepper, generate_grouped
 from crl_envs.tasks import Example, Task
 from crl_kit.errors import ConfigError
 
@@ -121,12 +123,10 @@ class SingleAgentEnv(gymnasium.Env):
         probe = np.asarray(self.featurizer(self.task.prompt(self.task[0])), dtype=np.float32)
         low, high = getattr(self.featurizer, "low", -np.inf), getattr(self.featurizer, "high", np.inf)
         self.observation_space = spaces.Box(low, high, probe.shape, np.float32)
-        self._cache: dict[tuple, str] = {}
+        self._cache: dict[tuple, Generation] = {}
         self.model_calls = 0
         self._cursor = 0
-        self._obs: dict[str, Any] = {}
-        self._infos: dict[str, Any] = {}
-        self._episode_seed = 0
+        self._stepper: EpisodeStepper | None = None
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -138,27 +138,25 @@ class SingleAgentEnv(gymnasium.Env):
                 example, self._cursor = self.task[self._cursor % len(self.task)], self._cursor + 1
             else:
                 example = self.task[int(self.np_random.integers(len(self.task)))]
-        self._episode_seed = int(self.np_random.integers(2**31))
-        self._obs, self._infos = self._env.reset(seed=self._episode_seed,
-                                                 options={"coalition": self.coalition, "example": example})
+        episode_seed = int(self.np_random.integers(2**31))
+        self._stepper = EpisodeStepper(self._env, example, coalition=self.coalition, seed=episode_seed,
+                                       sampling=self.sampling)
         reward, done, info = self._advance()
         if done:
             raise RuntimeError(f"{self._env.metadata['name']} ended before {self.agent!r} acted")
         return self._features(), info
 
     def step(self, action):
-        if not self._env.agents:
+        if self._stepper is None or self._stepper.done:
             raise RuntimeError("step() after the episode ended; call reset()")
-        actions = self._others_actions()
-        actions[self.agent] = int(action)
-        self._obs, rewards, _, _, self._infos = self._env.step(actions)
-        reward = float(rewards.get(self.agent, 0.0))
-        more, done, info = (0.0, True, self._final_info()) if not self._env.agents else self._advance()
+        self._stepper.give(self._others_generations(), actions={self.agent: int(action)})
+        reward = float(self._stepper.rewards.get(self.agent, 0.0))
+        more, done, info = (0.0, True, self._final_info()) if self._stepper.done else self._advance()
         return self._features(), reward + more, done, False, info
 
     def action_masks(self) -> np.ndarray:
         """Valid actions now (MaskablePPO's convention): the protocol's ``action_mask``, else all."""
-        obs = self._obs.get(self.agent) if self._obs else None
+        obs = self._stepper.observations.get(self.agent) if self._stepper is not None else None
         if isinstance(obs, Mapping) and "action_mask" in obs:
             return np.asarray(obs["action_mask"], dtype=bool)
         return np.ones(self.action_space.n, dtype=bool)
@@ -176,7 +174,7 @@ class SingleAgentEnv(gymnasium.Env):
                     continue
                 key = (id(self._env.agent_for(turn.agent)), turn.agent, repr(turn.messages))
                 added += key not in self._cache
-                self._cache[key] = turn.text
+                self._cache[key] = Generation(turn.text, finish_reason=turn.finish_reason)
         return added
 
     @property
@@ -187,39 +185,30 @@ class SingleAgentEnv(gymnasium.Env):
     def _features(self) -> np.ndarray:
         return np.asarray(self.featurizer(self.task.prompt(self._env.example)), dtype=np.float32)
 
-    def _active(self) -> list[str]:
-        return [a for a, info in self._infos.items() if info.get("active")]
-
     def _advance(self) -> tuple[float, bool, dict]:
         """Play phases without the controlled agent until it must act or the episode ends."""
-        total = 0.0
-        while self._env.agents and self.agent not in self._active():
-            self._obs, rewards, _, _, self._infos = self._env.step(self._others_actions())
-            total += float(rewards.get(self.agent, 0.0))
-        if not self._env.agents:
+        total, stepper = 0.0, self._stepper
+        while not stepper.done and self.agent not in {agent_id for agent_id, _, _ in stepper.requests}:
+            stepper.give(self._others_generations())
+            total += float(stepper.rewards.get(self.agent, 0.0))
+        if stepper.done:
             return total, True, self._final_info()
         return total, False, {}
 
     def _final_info(self) -> dict[str, Any]:
-        return dict(next(iter(self._infos.values()), {})) if self._infos else {}
+        infos = self._stepper.infos
+        return dict(next(iter(infos.values()), {})) if infos else {}
 
-    def _others_actions(self) -> dict[str, str]:
-        """Every other active agent's text: the runner's request builder and grouped generation
-        (one batched ``generate`` per Agent for this phase), with greedy answers cached."""
-        others = {a: info for a, info in self._infos.items() if a != self.agent}
-        planned = phase_requests(self._env, others, self._env.example, seed=self._episode_seed, sampling=self.sampling)
-        actions: dict[str, str] = {}
-        todo = []
-        for agent_id, model, request in planned:
-            key = (id(model), agent_id, repr(request.messages))
-            if self.sampling.temperature == 0 and key in self._cache:
-                actions[agent_id] = self._cache[key]
-            else:
-                todo.append((agent_id, model, request, key))
-        generations = generate_grouped([(model, request) for _, model, request, _ in todo])
-        self.model_calls += len({id(model) for _, model, _, _ in todo})
-        for (agent_id, _, _, key), g in zip(todo, generations):
-            actions[agent_id] = g.text
-            if self.sampling.temperature == 0:
-                self._cache[key] = g.text
-        return actions
+    def _others_generations(self) -> list[Generation]:
+        """The generations of every other active agent's request, in the stepper's order: one batched
+        ``generate`` per Agent for this phase, greedy answers cached (finish reasons included)."""
+        greedy = self.sampling.temperature == 0
+        planned = [(model, request, (id(model), agent_id, repr(request.messages)))
+                   for agent_id, model, request in self._stepper.requests if agent_id != self.agent]
+        todo = [(model, request, key) for model, request, key in planned if not (greedy and key in self._cache)]
+        generations = generate_grouped([(model, request) for model, request, _ in todo])
+        self.model_calls += len({id(model) for model, _, _ in todo})
+        made = {key: g for (_, _, key), g in zip(todo, generations)}
+        if greedy:
+            self._cache.update(made)
+        return [made[key] if key in made else replace(self._cache[key]) for _, _, key in planned]

@@ -189,7 +189,7 @@ def _run_play(args: argparse.Namespace) -> int:
 
     from agents import SamplingParams
     from crl_envs import protocols, run_episodes, tasks
-    from crl_envs.protocols.base import speaker_stops
+    from crl_envs.protocols.base import with_speaker_stops
     from crl_envs.runner import total_usage
 
     factory = protocols.get(args.protocol)
@@ -206,8 +206,8 @@ def _run_play(args: argparse.Namespace) -> int:
     pool = build_pool(spec)
     t0 = time.perf_counter()
     max_new_tokens = args.max_new_tokens or PLAY_MAX_NEW_TOKENS.get(task.name, DEFAULT_MAX_NEW_TOKENS)
-    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=max_new_tokens,
-                              stop=speaker_stops(len(pool)))
+    sampling = with_speaker_stops(SamplingParams(temperature=args.temperature, max_new_tokens=max_new_tokens),
+                                  len(pool))
     episodes = run_episodes(factory, pool, task, seed=args.seed, sampling=sampling,
                             options=options, progress=not args.quiet)
     played = time.perf_counter() - t0

@@ -142,6 +142,9 @@ def seat_reward(completions: list, environments: Sequence[CollaborationEnvironme
     if environments is None:
         raise ConfigError("seat_reward needs GRPOTrainer(environment_factory=EnvironmentFactory(...)): it read no "
                           "environments")
+    if len(completions) != len(environments):
+        raise ConfigError(f"seat_reward got {len(completions)} completions for {len(environments)} environments: "
+                          "give one environment per completion (GRPOTrainer's environment_factory does)")
     return [env._finish(c) if isinstance(env, CollaborationEnvironment) else None
             for c, env in zip(completions, environments)]
 

@@ -16,15 +16,16 @@ coalitions, spaces (cached per instance), action validation, rewards, infos and 
 from __future__ import annotations
 
 import abc
+import warnings
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from agents import Agent, Message, Pool
+from agents import Agent, Message, Pool, SamplingParams
 from agents import pool as make_pool
 from crl_envs import tasks as task_registry
 from crl_envs.options import keyword_options, unknown_option_message
@@ -73,6 +74,38 @@ class PendingTurn:
     phase: str
     phase_index: int
     messages: list[Message]
+
+
+class Reply(str):
+    """A turn's text and how its generation ended: ``finish_reason`` is ``"stop"`` (the model ended
+    it), ``"length"`` (cut off at ``max_new_tokens``) or ``None`` (not known).
+
+    The reason belongs to the turn, not to the text: two agents saying the same words keep their own
+    reasons. A ``Reply`` is a ``str``, so it passes unchanged through PettingZoo wrappers into
+    ``env.step`` and a protocol reads it as text; the env hands the protocol each turn's text as a
+    ``Reply`` and :meth:`ProtocolEnv.extract` reads its reason. ``strip()`` keeps the reason (spaces
+    around a text do not make it complete); any other string operation gives a plain ``str``.
+
+    Example:
+        >>> cut = Reply("The answer is 1", "length")
+        >>> cut == "The answer is 1", cut.finish_reason, cut.strip().finish_reason
+        (True, 'length', 'length')
+    """
+
+    finish_reason: str | None
+
+    def __new__(cls, text: str, finish_reason: str | None = None) -> Reply:
+        if finish_reason is not None and not isinstance(finish_reason, str):
+            raise ConfigTypeError(f"a Reply's finish_reason must be a str ('stop', 'length') or None, got {finish_reason!r}")
+        reply = super().__new__(cls, text)
+        reply.finish_reason = finish_reason
+        return reply
+
+    def __reduce__(self) -> tuple:
+        return Reply, (str(self), self.finish_reason)
+
+    def strip(self, chars: str | None = None) -> Reply:
+        return Reply(str.strip(self, chars), self.finish_reason)
 
 
 @dataclass
@@ -260,8 +293,9 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         return out
 
     def extract(self, text: str) -> str | None:
-        """The task's answer in ``text`` (an action of this episode), told whether it was cut off."""
-        return self.task.extract(text, self._finish_reasons.get(text))
+        """The task's answer in ``text``, told whether it was cut off: the ``finish_reason`` of the turn
+        whose :class:`Reply` ``text`` is (``None``, not known, for any other string)."""
+        return self.task.extract(text, getattr(text, "finish_reason", None))
 
     # ------------------------------------------------------------------ PettingZoo API
     def reset(self, seed: int | None = None, options: dict | None = None):
@@ -281,7 +315,6 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         self.agents = list(self.members) + list(self.role_agents)
         self.transcript, self.outcome = [], None
         self._phase_index = 0
-        self._finish_reasons: dict[str, str] = {}
         self._game = self._play()
         self._phase = next(self._game)
         self._check_phase(self._phase)
@@ -289,20 +322,21 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
         return obs, infos
 
     def step(self, actions: dict[str, Any], finish_reasons: Mapping[str, str] | None = None):
-        """PettingZoo's ``step``. ``finish_reasons`` (optional, ``agent -> "stop" | "length"``) says
-        which actions were cut off at ``max_new_tokens``; the task's extraction reads a cut-off
-        answer differently (an action truncated to ``max_action_chars`` counts as cut off too)."""
+        """PettingZoo's ``step``. A text action may be a :class:`Reply`, which says whether the text
+        was cut off at ``max_new_tokens`` (``finish_reason="length"``): the task's extraction reads a
+        cut-off answer differently. An action truncated to ``max_action_chars`` counts as cut off.
+        ``finish_reasons`` (``agent -> reason``) is deprecated: pass ``Reply`` actions."""
         if self._game is None or self._phase is None:
             raise RuntimeError("step() called before reset() or after the episode ended; call reset()")
+        if finish_reasons is not None:
+            warnings.warn("step(actions, finish_reasons=...) is deprecated (PettingZoo wrappers drop it): pass "
+                          "actions as crl_envs.protocols.base.Reply(text, finish_reason)", DeprecationWarning,
+                          stacklevel=2)
+            actions = {a: Reply(v, finish_reasons[a]) if isinstance(v, str) and a in finish_reasons else v
+                       for a, v in actions.items()}
         texts = {}
         for agent in self._phase.prompts:
-            action = actions.get(agent)
-            texts[agent] = self._sanitize(agent, action)
-            reason = (finish_reasons or {}).get(agent)
-            if isinstance(action, str) and len(action) > self.max_action_chars:
-                reason = "length"
-            if reason is not None:
-                self._finish_reasons[texts[agent]] = reason
+            texts[agent] = self._sanitize(agent, actions.get(agent))
             self.transcript.append(
                 Turn(self._phase_index, self._phase.name, agent, self._phase.prompts[agent], texts[agent])
             )
@@ -418,7 +452,9 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
             raise ConfigError(f"{agent} is active in phase {self._phase.name!r} but no action was given for it")
         if not isinstance(action, str):
             raise ConfigTypeError(f"{agent}'s action must be a str (the text it answers), got {type(action).__name__}")
-        return action[: self.max_action_chars]
+        if len(action) > self.max_action_chars:
+            return Reply(action[: self.max_action_chars], "length")
+        return Reply(action, getattr(action, "finish_reason", None))
 
     def _observe(self):
         assert self._phase is not None
@@ -483,5 +519,17 @@ def speaker_stops(n_agents: int, label: str = "Agent") -> list[str]:
     return [f"\n{label} {k}:" for k in range(1, n_agents + 1)]
 
 
-__all__ = ["ProtocolEnv", "Phase", "Outcome", "PendingTurn", "Turn", "plurality", "render_messages", "format_answers",
-           "speaker_stops", "MAX_ACTION_CHARS"]
+def with_speaker_stops(sampling: SamplingParams, n_agents: int) -> SamplingParams:
+    """``sampling`` that also stops at :func:`speaker_stops`: an answer ends where it starts a peer's
+    turn ("\\nAgent 2: ..."), so no model, and no learner played from outside, writes lines that
+    readers take for another agent's. The rule the CLI gives models and the learner's seat applies.
+
+    Example:
+        >>> with_speaker_stops(SamplingParams(stop=["\\nUser:"]), 2).stop
+        ('\\nUser:', '\\nAgent 1:', '\\nAgent 2:')
+    """
+    return replace(sampling, stop=(*sampling.stop, *speaker_stops(n_agents)))
+
+
+__all__ = ["ProtocolEnv", "Phase", "Outcome", "PendingTurn", "Reply", "Turn", "plurality", "render_messages", "format_answers",
+           "speaker_stops", "with_speaker_stops", "MAX_ACTION_CHARS"]

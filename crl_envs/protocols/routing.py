@@ -137,8 +137,8 @@ class RoutingEnv(ProtocolEnv):
         obs, infos = super()._observe()
         return self._with_mask(obs), infos
 
-    def step(self, actions, finish_reasons=None):
-        obs, rewards, terms, truncs, infos = super().step(actions, finish_reasons=finish_reasons)
+    def step(self, actions, *args, **kwargs):
+        obs, rewards, terms, truncs, infos = super().step(actions, *args, **kwargs)
         return self._with_mask(obs), rewards, terms, truncs, infos
 
     def _sanitize(self, agent: str, action: Any) -> str:
