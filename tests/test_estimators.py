@@ -228,3 +228,21 @@ def test_the_cli_and_the_study_plan_ask_the_registry(endpoints, tmp_path, capsys
     assert kind is EndpointsEstimator and budget is None
     assert kind.coalitions_per_size(5) == {5: 1.0, 4: 5.0, 1: 5.0}  # counted from its coalitions
     assert cell.estimator_kind(2)[0] is estimator_class("exact")
+
+
+def test_a_study_config_asks_the_estimator_about_its_budget(tmp_path):
+    """An odd antithetic budget is refused when the config is read (it failed in the plan, outside the config's
+    errors, before), in the estimator's words under the config's key."""
+    from crl_envs import study
+    from crl_envs.study.config import StudyConfigError
+
+    config = {"study": {"name": "s", "out": str(tmp_path)}, "pools": {"p": [{"expert": 0.8}, {"expert": 0.5}]},
+              "tasks": {"arith": {"n": 4}}, "protocols": {"vote": {}},
+              "valuation": {"estimator": "antithetic", "budget": 5}}
+    with pytest.raises(StudyConfigError, match=r"^study config: valuation\.budget: estimator 'antithetic' pairs each "
+                                               r"permutation with its reverse, so the budget must be even, got 5$"):
+        study.load_config(config)
+    config["valuation"]["budget"] = 6
+    (cell,) = study.plan(study.load_config(config))
+    kind, budget = cell.estimator_kind(2)
+    assert kind is estimator_class("antithetic") and budget == 6

@@ -70,12 +70,16 @@ def test_clones_are_both_on_a_reports_front():
 # ---------------------------------------------------------------------- finding 10: KernelSHAP-IQ's budget
 def test_kernelshapiq_refuses_a_budget_too_small_to_mean_anything():
     pytest.importorskip("shapiq")
-    from crl_envs.valuation.interactions import check_options, least_budget
+    from crl_envs.valuation.interactions import check_options
 
     n = 13
-    with pytest.raises(ConfigError, match=r"^approximator KernelSHAPIQ needs budget=.*an int >= \d+ for 13 models"):
-        check_options(n, "SII", 2, "KernelSHAPIQ", 2 * n + 2)
-    check_options(n, "SII", 2, "KernelSHAPIQ", least_budget("KernelSHAPIQ", n, 2))
+    for budget in (2 * n + 2, 92, 183):  # 92: one coalition per term up to order 2 (1 + 13 + 78) gave |74|
+        with pytest.raises(ConfigError, match=r"^approximator KernelSHAPIQ needs budget=<coalitions to evaluate>, an "
+                                              r"int >= 184 for 13 models \(twice the 92 terms .*\), got \d+$"):
+            check_options(n, "SII", 2, "KernelSHAPIQ", budget)
+    check_options(n, "SII", 2, "KernelSHAPIQ", 184)
+    check_options(n, "SII", 2, "SVARMIQ", 2 * n + 2)  # SVARM-IQ stays in range from 2n + 2
+    check_options(4, "SII", 2, "KernelSHAPIQ", 16)  # every coalition of 4 models: exact
 
 
 @pytest.mark.parametrize("approximator", ["KernelSHAPIQ", "SVARMIQ"])
