@@ -19,7 +19,7 @@ import agents
 from agents import ScriptedAgent
 from crl_envs import tasks
 from crl_envs.valuation import CoalitionGame
-from crl_envs.valuation.interactions import APPROXIMATORS, per_question_indices
+from crl_envs.valuation.interactions import APPROXIMATORS, least_budget, per_question_indices
 
 KINDS = 3
 
@@ -60,6 +60,9 @@ def main() -> None:
           f"{args.seeds} seeds)")
     for name in APPROXIMATORS:
         for budget in args.budgets:
+            if budget < least_budget(name, n, 2):  # refused by per_question_indices (issue #57)
+                print(f"{name:14s} {budget:6d} refused: fewer than {least_budget(name, n, 2)} coalitions")
+                continue
             mae, worst, single = [], [], []
             for seed in range(args.seeds):
                 with warnings.catch_warnings():

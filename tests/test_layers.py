@@ -32,6 +32,8 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     "errors": (-1, ("crl_kit", "crl_kit.*")),
     "options": (0, ("crl_envs.options",)),
     "stats": (0, ("crl_envs.stats",)),  # numpy/scipy only: the verdicts' statistics
+    # numpy only: the estimators and their weights, which valuation and the trainers' credit both use
+    "estimators": (0, ("crl_envs.valuation.estimators",)),
     "tracking": (0, ("crl_envs.tracking",)),  # experiment trackers (TensorBoard, MLflow, trackio, W&B)
     "sandbox": (0, ("crl_envs.sandbox", "crl_envs.sandbox.*")),
     "backends": (0, ("agents", "agents.*")),

@@ -17,12 +17,12 @@ Under ``"round_robin"`` a step costs what one learner's step costs.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from crl_envs.valuation.estimators import shapley_weight  # the one place the weights are written
 from trainers.base import PolicyGradientTrainer, RolloutBatch
 from trainers.config import GRPOConfig, LOORewardConfig, ShapleyCreditConfig
 
@@ -77,12 +77,6 @@ class LOORewardTrainer(PolicyGradientTrainer):
                                 rollouts=played)
         views = {j: RolloutBatch(episodes, rewards, index, context={"counterfactual": c}) for j, c in counterfactuals.items()}
         return RolloutBatch(episodes, rewards, index, rollouts=played, per_learner=views)
-
-
-def shapley_weight(size: int, n: int) -> float:
-    """Shapley weight of a coalition of ``size`` members containing player i, out of ``n``:
-    ``(size-1)! (n-size)! / n!``; they sum to 1 over all coalitions containing i."""
-    return math.factorial(size - 1) * math.factorial(n - size) / math.factorial(n)
 
 
 class ShapleyCreditTrainer(PolicyGradientTrainer):

@@ -33,14 +33,14 @@ machine (31 coalitions + 5 individual runs; HF decode steps dominate, so cost gr
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from crl_envs.valuation import ESTIMATORS
+    from crl_envs.valuation.estimators import ESTIMATORS, estimator_class
 
     p.add_argument("--protocol", default="debate", help="protocol name (default: debate)")
     p.add_argument("--task", default="arith", help="task name (default: arith)")
     add_task_arguments(p)
     p.add_argument("--pool", default="zoo", help="'zoo', 'scripted', or comma-separated agent specs")
     p.add_argument("--estimator", default="exact", choices=ESTIMATORS,
-                   help="exact: Shapley+Banzhaf+LOO (2^n-1 coalitions); loo: n+1; permutation/antithetic: needs --budget")
+                   help="; ".join(f"{name}: {estimator_class(name).help}" for name in ESTIMATORS))
     p.add_argument("--budget", type=int, default=None, help="permutations for the sampled estimators")
     p.add_argument("--ci-level", type=ci_level, default=0.95, metavar="LEVEL",
                    help="level of the bootstrap CIs, a fraction in (0, 1) (default 0.95)")
@@ -92,16 +92,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     """The checks that need no model, task or valuation module: they fail before anything loads."""
     if args.n < 1:
         raise ConfigError(f"--n must be >= 1, got {args.n}")
-    sampled = args.estimator in ("permutation", "antithetic")
-    if sampled and args.budget is None:
-        raise ConfigError(f"--estimator {args.estimator} needs --budget N, the number of permutations (e.g. --budget 200)")
-    if not sampled and args.budget is not None:
-        raise ConfigError(f"--budget only applies to --estimator permutation or antithetic, not {args.estimator}")
-    if sampled and args.budget < 2:
-        raise ConfigError(f"--budget must be >= 2 permutations (e.g. --budget 200), got {args.budget}")
-    if args.estimator == "antithetic" and args.budget % 2:
-        raise ConfigError(f"--estimator antithetic pairs each permutation with its reverse: --budget must be even, "
-                         f"got {args.budget}")
+    from crl_envs.valuation.estimators import estimator_class
+
+    estimator_class(args.estimator).check_budget(args.budget, flags=True)
     if args.front is not None and not 0 <= args.front <= 1:
         raise ConfigError(f"--front takes a fraction of accuracy in [0, 1] (0.02 = 2 points), got {args.front}")
     if args.cost_lambda is not None and not args.cost_lambda >= 0:

@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from crl_envs.tracking import check_trackers
-from crl_envs.valuation.estimators import ESTIMATORS, SAMPLED_ESTIMATORS, estimator_for
+from crl_envs.valuation.estimators import ESTIMATORS, SAMPLED_ESTIMATORS, estimator_class, estimator_for
 from crl_kit.errors import ConfigError
 from crl_kit.validation import did_you_mean, int_problem
 
@@ -538,6 +538,9 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
         if not sampled:
             raise _error("valuation.budget", "only applies to estimator \"permutation\" or \"antithetic\"; remove it")
         _int("valuation.budget", budget, 2, "200")
+        for e in names:
+            if problem := estimator_class(e).budget_problem(budget):
+                raise _error("valuation.budget", f"estimator {e!r} {problem}")
         if budget > MAX_COALITION_RUNS:
             raise _error("valuation.budget", f"{budget:,} permutations is more than the {MAX_COALITION_RUNS:,} a "
                                              f"valuation cell runs; lower it (e.g. budget = 200)")

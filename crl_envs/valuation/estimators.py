@@ -1,34 +1,40 @@
-"""Value estimators as weight matrices over coalitions.
+"""Value estimators: which coalitions each needs, and its values as weight matrices over them.
 
 Every estimator here is linear in the coalition values: ``phi = W @ V`` where ``V`` is the
 ``(coalitions, questions)`` score table and ``W`` an ``(n, coalitions)`` weight matrix. So one
 matrix product gives every player's value on every question, and means and bootstrap CIs over
 questions follow for free. Coalitions are bitmasks (bit ``i`` = player ``i``).
 
-- :func:`shapley_weights` — exact Shapley over all ``2^n`` coalitions;
-- :func:`banzhaf_weights` — exact Banzhaf (every coalition weighted ``1 / 2^(n-1)``);
-- :func:`loo_weights` — leave-one-out ``v(N) - v(N \\ {i})``, on ``n + 1`` coalitions;
-- :func:`permutation_weights` — Monte Carlo Shapley from sampled permutations (optionally
-  antithetic: each permutation paired with its reverse), on the distinct prefixes only;
-  :func:`permutation_draws` — the same estimate split into its independent Monte Carlo draws (one per
-  permutation, or per antithetic pair), which the bootstrap resamples along with the questions.
+An estimator is one :class:`Estimator` subclass, registered by name (:func:`register`; :data:`ESTIMATORS`
+lists the names): built for ``n`` players, a budget and a seed, it knows the coalitions it needs
+(:meth:`Estimator.coalitions`), what they cost (:meth:`Estimator.coalitions_per_size`) and the values a
+coalition table gives (:meth:`Estimator.estimate`). :func:`crl_envs.valuation.evaluate`, a study's plan and
+``crl-envs value`` ask it; nothing else spells an estimator out. The registered ones:
+
+- ``exact`` (:class:`ExactEstimator`): Shapley (:func:`shapley_weights`) and Banzhaf
+  (:func:`banzhaf_weights`, every coalition weighted ``1 / 2^(n-1)``) over all ``2^n`` coalitions;
+- ``loo`` (:class:`LOOEstimator`): leave-one-out ``v(N) - v(N \\ {i})`` (:func:`loo_weights`), on ``n + 1``
+  coalitions; every estimator reports it;
+- ``permutation`` / ``antithetic`` (:class:`PermutationEstimator`, :class:`AntitheticEstimator`): Monte Carlo
+  Shapley from ``budget`` sampled permutations (:func:`permutation_weights`; antithetic: each permutation
+  paired with its reverse), on the distinct prefixes only; :func:`permutation_draws` splits the estimate
+  into its independent Monte Carlo draws (one per permutation, or per antithetic pair), which the bootstrap
+  resamples along with the questions.
+
+This module needs numpy only (no model, no torch): the trainers take their Shapley weights from it
+(:func:`shapley_weight`), and ``crl-envs value --help`` reads :data:`ESTIMATORS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from math import factorial
+import math
+from collections.abc import Callable, Mapping, Sequence
+from math import comb, factorial
 from typing import Any
 
 import numpy as np
 
 from crl_kit.errors import ConfigError
-
-#: The estimators :func:`crl_envs.valuation.evaluate` takes: the one place their names are written (the CLI's
-#: ``--estimator`` and a study's ``[valuation] estimator`` read it).
-ESTIMATORS = ("exact", "loo", "permutation", "antithetic")
-#: The estimators that sample permutations (they need a ``budget``).
-SAMPLED_ESTIMATORS = ("permutation", "antithetic")
 
 MAX_EXACT_PLAYERS = 12
 """Exact estimators enumerate 2^n coalitions; beyond this, use permutation sampling."""
@@ -57,17 +63,28 @@ def membership(n: int) -> np.ndarray:
     return (masks[None, :] >> np.arange(n)[:, None]) & 1 == 1
 
 
+def shapley_weight(size: int, n: int) -> float:
+    """The Shapley weight of a coalition of ``size`` members containing player ``i``, out of ``n``:
+    ``(size-1)! (n-size)! / n!``; they sum to 1 over all coalitions containing ``i``. The one place the
+    weight is written (:func:`shapley_weights` and the trainers' Shapley credit use it).
+
+    >>> shapley_weight(1, 3), shapley_weight(2, 3), shapley_weight(3, 3)
+    (0.3333333333333333, 0.16666666666666666, 0.3333333333333333)
+    """
+    return factorial(size - 1) * factorial(n - size) / factorial(n)
+
+
 def shapley_weights(n: int) -> np.ndarray:
     """``(n, 2^n)``: ``phi_i = sum_S W[i, S] v(S)`` is the exact Shapley value.
 
-    ``W[i, S] = (|S|-1)! (n-|S|)! / n!`` if ``i`` in ``S``, else ``-|S|! (n-|S|-1)! / n!``.
+    ``W[i, S] = w(|S|)`` if ``i`` in ``S``, else ``-w(|S| + 1)``, ``w`` the :func:`shapley_weight`
+    (``v(S + i) - v(S)`` weighted by the weight of ``S + i``).
     """
     _check_exact(n)
     size = coalition_sizes(n)
     inside = membership(n)
-    fact = [factorial(k) for k in range(n + 1)]
-    plus = np.array([fact[s - 1] * fact[n - s] / fact[n] if s >= 1 else 0.0 for s in size])
-    minus = np.array([-fact[s] * fact[n - s - 1] / fact[n] if s <= n - 1 else 0.0 for s in size])
+    plus = np.array([shapley_weight(s, n) if s >= 1 else 0.0 for s in size])
+    minus = np.array([-shapley_weight(s + 1, n) if s <= n - 1 else 0.0 for s in size])
     return np.where(inside, plus[None, :], minus[None, :])
 
 
@@ -185,3 +202,249 @@ def estimator_for(n: int, estimator: str | Mapping[str, Any]) -> str:
     if isinstance(estimator, str):
         return estimator
     return "exact" if n <= estimator["exact_up_to"] else estimator["larger"]
+
+
+# ---------------------------------------------------------------------- estimators as objects
+def _by_size(n: int, masks: list[int]) -> dict[int, float]:
+    """Size -> how many of the non-empty ``masks`` have that many members."""
+    out: dict[int, float] = {}
+    for m in masks:
+        if m:
+            out[bin(m).count("1")] = out.get(bin(m).count("1"), 0.0) + 1.0
+    return out
+
+
+class Estimator:
+    """An estimator of the models' values, built for ``n`` players (and, for a sampled one, a ``budget`` and
+    the ``seed`` of its draws). Like a shapiq ``Approximator`` it is one class per method, but it plays
+    nothing: it names the coalitions it needs, and turns their per-question values into the values
+    (``phi = W @ V``), so a study can plan and cost it without playing a game.
+
+    A subclass sets :attr:`name` and :attr:`help`, the measures it adds to LOO (:attr:`measures`) and their
+    weights (:meth:`weights`); one that samples sets :attr:`budget_unit`. Register it with :func:`register`:
+    :func:`crl_envs.valuation.evaluate`, ``crl-envs value --estimator`` and a study's ``[valuation]
+    estimator`` then take its name.
+
+    Example:
+        >>> e = estimator("loo", 3)
+        >>> e.coalitions(), e.measures, e.compositional
+        ([7, 6, 5, 3], ('loo',), 'loo')
+        >>> values = {7: np.array([1.0, 1.0]), 6: np.array([1.0, 0.0]), 5: np.array([0.0, 0.0]), 3: np.array([1.0, 1.0])}
+        >>> e.estimate(values, "loo")[0].tolist()   # per player, per question
+        [[0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
+    """
+
+    #: the name :func:`crl_envs.valuation.evaluate` takes (``estimator=``)
+    name: str = ""
+    #: one line for ``crl-envs value --help``
+    help: str = ""
+    #: what a budget counts (``"permutations"``), or ``None``: the estimator takes no budget
+    budget_unit: str | None = None
+    #: the smallest budget it accepts
+    min_budget: int = 2
+    #: the measures it reports (of :data:`crl_envs.valuation.report.COMPOSITIONAL`), LOO always first
+    measures: tuple[str, ...] = ("loo",)
+
+    def __init__(self, n: int, *, budget: int | None = None, seed: int = 0) -> None:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ConfigError(f"the number of players must be an int >= 1, got {n!r}")
+        type(self).check_budget(budget)
+        self.n, self.budget, self.seed = int(n), budget, seed
+
+    @property
+    def compositional(self) -> str:
+        """The measure it values the cost and trade-off games with: Shapley where it computes it, else LOO."""
+        return "shapley" if "shapley" in self.measures else "loo"
+
+    @classmethod
+    def check_budget(cls, budget: int | None, *, flags: bool = False) -> None:
+        """Refuse a missing, unwanted or bad budget, in one line spelled for the API (``budget=``) or, with
+        ``flags``, for the command line (``--budget``)."""
+        est = f"--estimator {cls.name}" if flags else f"estimator={cls.name!r}"
+        opt, eg = ("--budget", "--budget 200") if flags else ("budget", "budget=200")
+        if cls.budget_unit is None:
+            if budget is not None:
+                takers = " or ".join(e if flags else repr(e) for e in SAMPLED_ESTIMATORS)
+                raise ConfigError(f"{opt} only applies to {'--estimator ' if flags else 'estimator='}{takers}, "
+                                  f"not {cls.name if flags else repr(cls.name)}")
+            return
+        if budget is None:
+            need = "--budget N, the number of" if flags else "budget=<number of"
+            raise ConfigError(f"{est} needs {need} {cls.budget_unit}{'' if flags else '>'} (e.g. {eg})")
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < cls.min_budget:
+            raise ConfigError(f"{opt} must be an int >= {cls.min_budget} {cls.budget_unit} (e.g. {eg}), got {budget!r}")
+        problem = cls.budget_problem(int(budget))
+        if problem:
+            raise ConfigError(f"{est} {problem}")
+
+    @classmethod
+    def budget_problem(cls, budget: int) -> str | None:
+        """What else is wrong with an int budget of at least :attr:`min_budget`, as a phrase following the
+        estimator's name (``None``: nothing)."""
+        return None
+
+    def coalitions(self) -> list[int]:
+        """The coalitions it needs, in the order they are played (the empty one, where it appears, is the
+        protocol's ``v(∅)`` and never played): LOO's, then each measure's."""
+        out = list(loo_masks(self.n))
+        for measure in self.measures:
+            out += self.weights(measure)[0]
+        return list(dict.fromkeys(out))
+
+    @classmethod
+    def coalitions_per_size(cls, n: int, budget: int | None = None) -> dict[int, float]:
+        """Size -> the number of distinct non-empty coalitions it plays on ``n`` players (for a sampled
+        estimator, the number expected over its draws): what a study's plan costs without drawing them."""
+        return _by_size(n, cls(n, budget=budget).coalitions())
+
+    def weights(self, measure: str) -> tuple[list[int], np.ndarray]:
+        """``(masks, W)``: ``W @ V`` (``V`` the values of ``masks``, one row each) is ``measure`` per player."""
+        if measure == "loo":
+            return loo_weights(self.n)
+        raise ConfigError(f"estimator {self.name!r} does not compute {measure!r}; it reports {', '.join(self.measures)}")
+
+    def draws(self, measure: str, value: Mapping[int, float]) -> np.ndarray | None:
+        """``(n, draws)``: the independent Monte Carlo draws of a sampled ``measure`` (``value``: each
+        coalition's mean value), which the bootstrap resamples; ``None`` for a measure that draws nothing."""
+        return None
+
+    def estimate(self, values: Mapping[int, np.ndarray], measure: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(per_question, draws)`` of ``measure`` from the coalitions' values (``values[mask]``: per question,
+        every mask of :meth:`coalitions`): ``(n, questions)`` and, for a sampled measure, ``(n, draws)``."""
+        masks, w = self.weights(measure)
+        draws = self.draws(measure, {m: float(values[m].mean()) for m in values})
+        return w @ np.stack([values[m] for m in masks]), draws
+
+
+#: name -> :class:`Estimator` subclass: the one registry (:func:`register` adds to it).
+REGISTRY: dict[str, type[Estimator]] = {}
+
+
+def register(cls: type[Estimator]) -> type[Estimator]:
+    """Register an :class:`Estimator` subclass under its :attr:`~Estimator.name` (a class decorator)."""
+    if not (isinstance(cls, type) and issubclass(cls, Estimator)) or not cls.name or not isinstance(cls.name, str):
+        raise ConfigError(f"register takes an Estimator subclass with a name, got {cls!r}")
+    if not cls.measures or cls.measures[0] != "loo" or not set(cls.measures) <= {"loo", "shapley", "banzhaf"}:
+        raise ConfigError(f"estimator {cls.name!r}: measures must start with 'loo' and be among loo, shapley, "
+                          f"banzhaf, got {cls.measures!r}")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def estimator_class(name: str) -> type[Estimator]:
+    """The registered estimator called ``name``, or one line listing the names."""
+    try:
+        return REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown estimator {name!r}; choose one of {', '.join(ESTIMATORS)}") from None
+
+
+def estimator(name: str, n: int, *, budget: int | None = None, seed: int = 0) -> Estimator:
+    """The estimator ``name`` for ``n`` players (``budget`` and ``seed``: a sampled estimator's draws)."""
+    return estimator_class(name)(n, budget=budget, seed=seed)
+
+
+class _Names(Sequence):
+    """The registered names, in registration order (a live view: a name registered later appears)."""
+
+    def __init__(self, which: Callable[[type[Estimator]], bool]) -> None:
+        self._which = which
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(name for name, cls in REGISTRY.items() if self._which(cls))
+
+    def __getitem__(self, index):
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+#: The estimators :func:`crl_envs.valuation.evaluate` takes, by name (the CLI's ``--estimator`` and a study's
+#: ``[valuation] estimator`` read it): the names of :data:`REGISTRY`.
+ESTIMATORS: Sequence[str] = _Names(lambda cls: True)
+#: The estimators that take a ``budget`` (they sample).
+SAMPLED_ESTIMATORS: Sequence[str] = _Names(lambda cls: cls.budget_unit is not None)
+
+
+@register
+class ExactEstimator(Estimator):
+    name = "exact"
+    help = "Shapley + Banzhaf + LOO over every coalition: 2^n-1 coalitions"
+    measures = ("loo", "shapley", "banzhaf")
+
+    def __init__(self, n: int, *, budget: int | None = None, seed: int = 0) -> None:
+        super().__init__(n, budget=budget, seed=seed)
+        _check_exact(n)
+
+    def coalitions(self) -> list[int]:
+        """LOO's, then every coalition, the largest first."""
+        return list(dict.fromkeys(loo_masks(self.n) + sorted(exact_masks(self.n), key=lambda m: -bin(m).count("1"))))
+
+    @classmethod
+    def coalitions_per_size(cls, n: int, budget: int | None = None) -> dict[int, float]:
+        return {k: float(comb(n, k)) for k in range(1, n + 1)}
+
+    def weights(self, measure: str) -> tuple[list[int], np.ndarray]:
+        if measure == "shapley":
+            return exact_masks(self.n), shapley_weights(self.n)
+        if measure == "banzhaf":
+            return exact_masks(self.n), banzhaf_weights(self.n)
+        return super().weights(measure)
+
+
+@register
+class LOOEstimator(Estimator):
+    name = "loo"
+    help = "leave-one-out v(N) - v(N \\ {i}): n+1 coalitions"
+
+
+@register
+class PermutationEstimator(Estimator):
+    name = "permutation"
+    help = "Monte Carlo Shapley from --budget sampled permutations, + LOO"
+    budget_unit = "permutations"
+    measures = ("loo", "shapley")
+    antithetic = False
+
+    def __init__(self, n: int, *, budget: int | None = None, seed: int = 0) -> None:
+        super().__init__(n, budget=budget, seed=seed)
+        self.permutations = sample_permutations(self.n, budget, seed=seed, antithetic=self.antithetic)
+        self._shapley = permutation_weights(self.permutations)
+
+    @classmethod
+    def coalitions_per_size(cls, n: int, budget: int | None = None) -> dict[int, float]:
+        """A permutation's size-``k`` prefix is uniform over the ``C(n, k)`` coalitions of that size: ``budget``
+        permutations give ``C(n, k) (1 - (1 - 1 / C(n, k))^budget)`` distinct ones in expectation (LOO's always)."""
+        cls.check_budget(budget)
+        loo = _by_size(n, loo_masks(n))
+        out = {}
+        for k in range(1, n + 1):
+            c = comb(n, k)
+            expected = 1.0 if c == 1 else -c * math.expm1(budget * math.log1p(-1.0 / c))
+            out[k] = max(expected, loo.get(k, 0.0))
+        return out
+
+    def weights(self, measure: str) -> tuple[list[int], np.ndarray]:
+        return self._shapley if measure == "shapley" else super().weights(measure)
+
+    def draws(self, measure: str, value: Mapping[int, float]) -> np.ndarray | None:
+        if measure != "shapley":
+            return None
+        return permutation_draws(self.permutations, value, antithetic=self.antithetic)
+
+
+@register
+class AntitheticEstimator(PermutationEstimator):
+    name = "antithetic"
+    help = "as permutation, each permutation paired with its reverse (--budget even)"
+    antithetic = True
+
+    @classmethod
+    def budget_problem(cls, budget: int) -> str | None:
+        if budget % 2:
+            return f"pairs each permutation with its reverse, so the budget must be even, got {budget}"
+        return None

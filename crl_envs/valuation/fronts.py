@@ -28,13 +28,18 @@ COSTS = ("tokens", "seconds", "calls", "generated_tokens")
 
 def pareto(accuracy: np.ndarray, cost: np.ndarray) -> np.ndarray:
     """Indices of the points on the front (no other point at most as costly and strictly more
-    accurate, or strictly cheaper and as accurate), cheapest first."""
+    accurate, or strictly cheaper and as accurate), cheapest first. Twins (equal accuracy and cost)
+    dominate neither each other, so all of them are on it or none.
+
+    >>> pareto(np.array([0.5, 0.5, 0.9, 0.4]), np.array([1.0, 1.0, 3.0, 2.0])).tolist()
+    [0, 1, 2]
+    """
     order = np.lexsort((-accuracy, cost))  # by cost, then best accuracy first among equal costs
-    out, best = [], -np.inf
+    out: list[int] = []
     for k in order:
-        if accuracy[k] > best:
+        last = out[-1] if out else None
+        if last is None or accuracy[k] > accuracy[last] or (accuracy[k] == accuracy[last] and cost[k] == cost[last]):
             out.append(int(k))
-            best = accuracy[k]
     return np.array(out, dtype=int)
 
 

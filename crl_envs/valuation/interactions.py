@@ -21,6 +21,7 @@ measures that against exact at n = 8).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ MAX_ORDER = 3
 APPROXIMATORS = ("SVARMIQ", "KernelSHAPIQ")
 #: A CI bound within this of 0 counts as 0 (sums of Shapley weights leave ~1e-17 where the index is 0).
 TOLERANCE = 1e-9
+#: How far past its range a sampled index may land before it is undefined: KernelSHAP-IQ's least squares leave
+#: ~1e-8 on exact values (an index of 1 read as 1.00000001); a meaningless one is off by far more (issue #57: 74).
+RANGE_TOLERANCE = 1e-6
 INSTALL_HINT = "pip install 'crl-envs[interactions]' (or pip install 'shapiq>=1.4,<2')"
 
 
@@ -69,12 +73,32 @@ def check_options(n: int | None, index: str, order: int, approximator: str | Non
     if approximator is not None:
         if index == "Moebius":
             raise ConfigError("the sampling approximators estimate SII or k-SII, not Moebius; use index='k-SII'")
-        least = 4 if n is None else 2 * n + 2
+        least = 4 if n is None else least_budget(approximator, n, order)
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < least:
+            terms = None if n is None else sum(math.comb(n, k) for k in range(order + 1))
+            why = f" (twice the {terms} terms up to order {order} its regression fits; fewer give meaningless " \
+                  f"indices)" if approximator == "KernelSHAPIQ" and terms is not None and least == 2 * terms else ""
             raise ConfigError(f"approximator {approximator} needs budget=<coalitions to evaluate>, an int >= "
-                              f"{least}" + ("" if n is None else f" for {n} models") + f", got {budget!r}")
+                              f"{least}" + ("" if n is None else f" for {n} models") + f"{why}, got {budget!r}")
     elif budget is not None:
         raise ConfigError("budget only applies with an approximator (exact interactions use every coalition)")
+
+
+def least_budget(approximator: str, n: int, order: int) -> int:
+    """The fewest coalitions ``approximator`` may evaluate for ``n`` models up to ``order``. KernelSHAP-IQ fits
+    one coefficient per interaction of order ``0..order`` by regression: with fewer than twice as many coalitions
+    its SII reached ``|74|`` on ``[0, 1]`` games at ``n = 13`` (the index lies in ``[-2, 2]``; issue #57), so it
+    needs twice that many (or every coalition, ``2^n``, where that is fewer). SVARM-IQ stays in range from
+    ``2n + 2`` (both measured on random ``[0, 1]`` and ``{0, 1}`` games, ``n = 4..13``)."""
+    if approximator == "KernelSHAPIQ":
+        return min(1 << n, 2 * sum(math.comb(n, k) for k in range(order + 1)))
+    return 2 * n + 2
+
+
+def index_bounds(interactions: Sequence[tuple[int, ...]], lo: float, hi: float) -> np.ndarray:
+    """The largest ``|SII|`` of each interaction in a game whose values lie in ``[lo, hi]``: ``2^(k-1) (hi - lo)``
+    for ``k`` players, as SII is a weighted mean of ``k``-th order differences of the game."""
+    return np.array([2.0 ** (len(t) - 1) * (hi - lo) for t in interactions])
 
 
 def masks_of(coalitions: np.ndarray) -> np.ndarray:
@@ -119,6 +143,10 @@ def per_question_indices(values: Callable[[np.ndarray], np.ndarray], n: int, que
     for q in range(questions):
         game = lambda c, q=q: table(masks_of(c))[:, q]  # noqa: E731
         out[:, q] = read(kind(n=n, max_order=order, index=index, random_state=seed).approximate(budget, game))
+    if index == "SII":  # a sampled index outside the range any such game allows is undefined, never reported
+        seen = np.stack(list(known.values()))
+        bound = index_bounds(wanted, min(0.0, float(seen.min())), max(1.0, float(seen.max())))
+        out[(np.abs(out) > bound[:, None] + RANGE_TOLERANCE).any(axis=1)] = np.nan
     return wanted, out
 
 
@@ -205,14 +233,18 @@ class Interactions:
         pct = round(self.ci_level * 100)
         how = f"{self.approximator}, budget {self.budget}" if self.approximator else "exact"
         rows = [(self.means[k], t, self.ci[k]) for k, t in enumerate(self.interactions) if len(t) >= 2]
-        rows.sort(key=lambda r: r[0])
+        rows.sort(key=lambda r: (np.isnan(r[0]), r[0] if not np.isnan(r[0]) else 0.0))  # undefined ones last
         if top is not None and len(rows) > 2 * top:
             rows = rows[:top] + rows[-top:]
         out = [f"interactions ({self.index}, order <= {self.order}, {how}; {pct}% CI over questions; "
                f"< 0 redundant, > 0 synergy):"]
         for v, t, (lo, hi) in rows:
+            who = f"  {' + '.join(names[i] for i in t):40s}"
+            if np.isnan(v):
+                out.append(f"{who} undefined (the approximation left the index's range: raise the budget)")
+                continue
             tag = "redundant" if hi < -TOLERANCE else "synergy" if lo > TOLERANCE else ""
-            out.append(f"  {' + '.join(names[i] for i in t):40s} {v:+.3f} [{lo:+.3f}, {hi:+.3f}] {tag}".rstrip())
+            out.append(f"{who} {v:+.3f} [{lo:+.3f}, {hi:+.3f}] {tag}".rstrip())
         return "\n".join(out)
 
     def to_dict(self) -> dict[str, Any]:

@@ -81,17 +81,9 @@ class PooledTest:
 
 
 def pooled_test(
-    reports: Sequence[ValuationReport],
-    *,
-    measure: str = "shapley",
-    statistic: str = "kendall",
-    alternative: str = "two-sided",
-    draws: int = 100_000,
-    seed: int = 0,
-    labels: Sequence[str] | None = None,
-    exact: bool | None = None,
-    groups: Sequence[str] | None = None,
-    crossfit: bool = True,
+    reports: Sequence[ValuationReport], *, measure: str = "shapley", statistic: str = "kendall",
+    alternative: str = "two-sided", draws: int = 100_000, seed: int = 0, labels: Sequence[str] | None = None,
+    exact: bool | None = None, groups: Sequence[str] | None = None, crossfit: bool = True,
 ) -> PooledTest:
     """Test whether individual strength predicts ``measure`` across several settings.
 

@@ -4,7 +4,6 @@ the coalition cache every valuation cell shares (``out/coalitions``)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from crl_envs.study.cells.build import (
     sampling_params,
 )
 from crl_envs.study.config import MAX_COALITION_RUNS, StudyConfig, StudyConfigError
-from crl_envs.valuation.estimators import ESTIMATORS, SAMPLED_ESTIMATORS, estimator_for
+from crl_envs.valuation.estimators import ESTIMATORS, Estimator, estimator_class, estimator_for
 from crl_kit.serial import digest
 from crl_kit.validation import numbers_problem
 
@@ -78,13 +77,13 @@ class ValuationCell(Cell):
         for cell in cells:
             s = cell.spec
             names = member_names(s["pool"])
-            estimator = estimator_for(len(names), s["estimator"])
-            per_size = coalitions_per_size(estimator, len(names), s["budget"])
-            cell._refuse_large(estimator, sum(per_size.values()))
+            kind, budget = cell.estimator_kind(len(names))
+            per_size = kind.coalitions_per_size(len(names), budget)
+            cell._refuse_large(kind, sum(per_size.values()))
             if not distinct or sum(per_size.values()) > LISTED_COALITIONS or (s["budget"] or 0) > LISTED_COALITIONS:
                 costs.append(cell._every_request(names, per_size, calls_memo))
                 continue
-            played, runs, episodes = cell._distinct_runs(names, estimator, seen)
+            played, runs, episodes = cell._distinct_runs(kind(len(names), budget=budget, seed=s["seed"]), names, seen)
             memo_key = digest([s["pool"], s["task"], s["samples"], s["seed"], s["sampling"]]) \
                 if config.executor.kind == "local" else cell.id
             turns.setdefault(memo_key, []).append((len(costs), played))
@@ -98,9 +97,15 @@ class ValuationCell(Cell):
                 costs[index].update(calls=calls, tokens=calls * cells[index].spec["sampling"]["max_new_tokens"])
         return costs
 
-    def _refuse_large(self, estimator: str, runs: float) -> None:
+    def estimator_kind(self, n: int) -> tuple[type[Estimator], int | None]:
+        """The estimator that values this cell's pool of ``n`` models, and the budget it takes (``None``
+        for one that takes none)."""
+        kind = estimator_class(estimator_for(n, self.spec["estimator"]))
+        return kind, self.spec["budget"] if kind.budget_unit is not None else None
+
+    def _refuse_large(self, kind: type[Estimator], runs: float) -> None:
         if runs > MAX_COALITION_RUNS:
-            key = "valuation.budget" if estimator in SAMPLED_ESTIMATORS else \
+            key = "valuation.budget" if kind.budget_unit is not None else \
                 'valuation.estimator (e.g. {exact_up_to = 10, larger = "permutation"} with budget = 200)'
             raise StudyConfigError(f"study config: {self.id} plans about {runs:,.0f} coalition runs, more than the "
                                    f"{MAX_COALITION_RUNS:,} a cell runs; lower {key}")
@@ -121,13 +126,13 @@ class ValuationCell(Cell):
             calls += count * calls_memo[memo] * questions * s["samples"]
         return {"runs": runs, "episodes": episodes, "calls": calls, "tokens": calls * s["sampling"]["max_new_tokens"]}
 
-    def _distinct_runs(self, names: list[str], estimator: str, seen: set[str]) -> tuple[list[tuple], float, float]:
-        """The coalitions this cell plays that no earlier cell played (``seen``, updated): ``(protocol, options,
-        mask)`` each, with their count and episodes."""
+    def _distinct_runs(self, est: Estimator, names: list[str], seen: set[str]) -> tuple[list[tuple], float, float]:
+        """The coalitions ``est`` plays for this cell that no earlier cell played (``seen``, updated):
+        ``(protocol, options, mask)`` each, with their count and episodes."""
         s = self.spec
         n, questions = len(names), s["task"]["n"] or 100
         common = [s["protocol"], s["task"], s["samples"], s["seed"], s["sampling"]]
-        jobs = [("protocol", m) for m in _masks(estimator, n, s["budget"], s["seed"])] + \
+        jobs = [("protocol", m) for m in est.coalitions() if m] + \
             [("alone", 1 << i) for i in range(n)]
         played_runs: list[tuple] = []
         runs = episodes = 0.0
@@ -153,10 +158,10 @@ class ValuationCell(Cell):
         spec = self.spec
         pool = build_pool(spec["pool"])
         task = build_task(spec["task"])
-        estimator = estimator_for(len(pool), spec["estimator"])
+        kind, budget = self.estimator_kind(len(pool))
         report = valuation.evaluate(
-            spec["protocol"]["protocol"], pool, task, estimator=estimator, samples=spec["samples"], seed=spec["seed"],
-            budget=spec["budget"] if estimator in SAMPLED_ESTIMATORS else None,
+            spec["protocol"]["protocol"], pool, task, estimator=kind.name, samples=spec["samples"], seed=spec["seed"],
+            budget=budget,
             cache_dir=Path(context.out) / "coalitions", progress=False, sampling=sampling_params(spec["sampling"]),
             options=spec["protocol"]["options"], ci_level=spec["ci_level"],
             bootstrap_resamples=spec["bootstrap_resamples"], executor=context.coalition_executor or "local")
@@ -245,33 +250,3 @@ def report_problem(report: Any) -> str | None:
             return "report.interactions is not one row of finite numbers per interaction and question"
     return None
 
-
-def _masks(estimator: str, n: int, budget: int | None, seed: int) -> list[int]:
-    """The non-empty coalitions (bitmasks) ``estimator`` plays on ``n`` models, as :func:`crl_envs.valuation.
-    evaluate` draws them."""
-    from crl_envs.valuation.estimators import exact_masks, loo_masks, permutation_weights, sample_permutations
-
-    if estimator == "exact":
-        return [m for m in exact_masks(n) if m]
-    if estimator == "loo":
-        return loo_masks(n)
-    perms = sample_permutations(n, budget, seed=seed, antithetic=estimator == "antithetic")
-    return list(dict.fromkeys(loo_masks(n) + [m for m in permutation_weights(perms)[0] if m]))
-
-
-def coalitions_per_size(estimator: str, n: int, budget: int | None) -> dict[int, float]:
-    """Size -> the (expected) number of distinct non-empty coalitions ``estimator`` plays, unlisted: exact
-    all ``C(n, k)``; LOO ``N`` and its ``n`` subsets of size ``n - 1``; a sampled estimator's ``budget``
-    permutations give a uniform size-``k`` prefix each, ``C(n, k) (1 - (1 - 1 / C(n, k))^budget)`` distinct
-    in expectation (the LOO coalitions always)."""
-    if estimator == "exact":
-        return {k: float(math.comb(n, k)) for k in range(1, n + 1)}
-    loo = {n: 1.0, n - 1: float(n)} if n > 1 else {1: 1.0}
-    if estimator == "loo":
-        return loo
-    out = {}
-    for k in range(1, n + 1):
-        c = math.comb(n, k)
-        expected = 1.0 if c == 1 else -c * math.expm1(budget * math.log1p(-1.0 / c))
-        out[k] = max(expected, loo.get(k, 0.0))
-    return out
