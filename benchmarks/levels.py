@@ -1,0 +1,148 @@
+"""Do models' values agree across collaboration levels? (issue #56; ``docs/levels.md``)
+
+For the zoo v1 pool and zoo v4 pools, each model's exact Shapley value in five games on the same arith
+questions: the text level (``vote``, ``debate``), the logit level (``logit_fusion``) and the weight level
+(``soup``: the zoo's shared bases are not shipped, so task arithmetic and TIES, which need them, are left
+out here). Then, for every pair of levels, whether the two rankings of the pool's models agree: Kendall's
+tau-b **cross-fitted** (:func:`crl_envs.stats.crossfit_tau`: one level's values from one half of the questions,
+the other's from the other half, halves fixed by a hash of each question id, so a model's lucky questions
+cannot raise both; exact permutation p-value, 90% BCa interval over questions), beside the same-question tau.
+
+Run: ``PYTHONPATH=. python benchmarks/levels.py --out docs`` (writes ``docs/levels.json`` and
+``docs/levels.png``; coalition runs cached in ``--cache-dir``, so an interrupted run resumes).
+``tests/test_levels.py::test_committed_levels_figures`` re-plays one pool's fusion and soup coalitions
+and recomputes every cross-fit tau from the committed per-question values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+POOLS = ("zoo", "zoo4-specialists", "zoo4-clones")
+#: game name -> (level, protocol)
+GAMES = {"vote": ("text", "vote"), "debate": ("text", "debate"), "fusion": ("logit", "logit_fusion"),
+         "soup": ("weight", "soup")}
+QUESTIONS = 100
+MAX_NEW_TOKENS = 24  # as tools/zoo/v4.py evaluates the v4 models
+CI_LEVEL = 0.9
+
+
+def task_for(questions: int = QUESTIONS, seed: int = 0):
+    import agents.zoo
+    from crl_envs import tasks
+
+    return tasks.load("arith", split="test", n=questions, seed=seed, **agents.zoo.TASK_OPTIONS)
+
+
+def value(pool_name: str, game: str, questions: int = QUESTIONS, seed: int = 0, cache_dir: Any = None):
+    """The exact :class:`~crl_envs.valuation.ValuationReport` of ``pool_name`` in ``game`` (greedy, 24 tokens)."""
+    import agents
+    from crl_envs import valuation
+
+    sampling = agents.SamplingParams(max_new_tokens=MAX_NEW_TOKENS)
+    return valuation.evaluate(GAMES[game][1], agents.pool(pool_name), task_for(questions, seed), seed=seed,
+                              sampling=sampling, cache_dir=cache_dir, progress=False, ci_level=CI_LEVEL)
+
+
+def _grand_tokens(report) -> float:
+    costs = report.coalition_costs
+    return float(costs.spends[costs.masks.index((1 << len(report.ids)) - 1)].tokens.mean())
+
+
+def agreement(a, b, example_ids) -> dict[str, Any]:
+    """Cross-fit and same-question Kendall tau between two ``(models, questions)`` Shapley tables."""
+    import numpy as np
+
+    from crl_envs.stats import correlation, crossfit_tau
+
+    fit = crossfit_tau(np.asarray(a), np.asarray(b), example_ids, level=CI_LEVEL)
+    same = correlation(np.asarray(a).mean(axis=1), np.asarray(b).mean(axis=1))
+    return {"kendall_tau": fit["kendall_tau"], "p_value": fit["p_value"], "min_p_value": fit["min_p_value"],
+            "tau_ci": fit["tau_ci"], "questions": fit["questions"],
+            "same_question_tau": None if np.isnan(same.value) else float(same.value),
+            "same_question_p": None if np.isnan(same.value) else float(same.p_value)}
+
+
+def pool_result(pool_name: str, questions: int = QUESTIONS, seed: int = 0, cache_dir: Any = None) -> dict[str, Any]:
+    """Every game's values for one pool, and the agreement of every pair of games."""
+    games, seconds = {}, {}
+    for game in GAMES:
+        t0 = time.perf_counter()
+        report = value(pool_name, game, questions, seed, cache_dir)
+        seconds[game] = round(time.perf_counter() - t0, 1)
+        games[game] = {
+            "level": GAMES[game][0], "protocol": report.protocol, "system_value": float(report.system.mean()),
+            "shapley": report.shapley.means.tolist(), "shapley_ci": [list(report.shapley.ci[a]) for a in report.ids],
+            "shapley_per_question": report.shapley.per_question.tolist(),
+            # the grand coalition's cost as deployed: tokens per question (an ensemble's: token forwards of all members)
+            "tokens_per_question": _grand_tokens(report),
+        }
+        names, ids, individual = report.names, report.example_ids, report.individual
+    pairs = {}
+    order = list(GAMES)
+    for i, a in enumerate(order):
+        for b in order[i + 1 :]:
+            pairs[f"{a}~{b}"] = agreement(games[a]["shapley_per_question"], games[b]["shapley_per_question"], ids)
+    return {"names": names, "example_ids": ids, "individual": individual.means.tolist(), "games": games,
+            "agreement": pairs, "seconds": seconds}
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    pools = list(result["pools"])
+    fig, axes = plt.subplots(1, len(pools), figsize=(5.2 * len(pools), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], pools):
+        p = result["pools"][name]
+        n = len(p["names"])
+        width = 0.8 / len(GAMES)
+        for k, game in enumerate(GAMES):
+            g = p["games"][game]
+            x = np.arange(n) + (k - (len(GAMES) - 1) / 2) * width
+            ci = np.asarray(g["shapley_ci"], float)
+            means = np.asarray(g["shapley"])
+            ax.bar(x, means, width, label=f"{game} ({g['level']})",
+                   yerr=np.abs(np.stack([means - ci[:, 0], ci[:, 1] - means])), capsize=1.5)
+        ax.set_xticks(np.arange(n))
+        ax.set_xticklabels([s.replace("zoo4-", "").replace("zoo-", "") for s in p["names"]], rotation=60, fontsize=7)
+        ax.axhline(0, color="black", lw=0.5)
+        ax.set_title(f"{name}: exact Shapley ({result['questions']} questions)", fontsize=9)
+        ax.set_ylabel("Shapley value (accuracy)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("docs"))
+    parser.add_argument("--questions", type=int, default=QUESTIONS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--pools", default=",".join(POOLS))
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    result = {"questions": args.questions, "seed": args.seed, "max_new_tokens": MAX_NEW_TOKENS, "ci_level": CI_LEVEL,
+              "games": {g: {"level": lv, "protocol": p} for g, (lv, p) in GAMES.items()}, "pools": {}}
+    for name in args.pools.split(","):
+        result["pools"][name] = pool_result(name, args.questions, args.seed, args.cache_dir)
+        print(name, json.dumps({k: (v["kendall_tau"], v["tau_ci"]) for k, v in result["pools"][name]["agreement"].items()}),
+              flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "levels.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, args.out / "levels.png")
+
+
+if __name__ == "__main__":
+    main()
