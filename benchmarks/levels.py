@@ -67,10 +67,11 @@ def agreement(a, b, example_ids) -> dict[str, Any]:
             "same_question_p": None if np.isnan(same.value) else float(same.p_value)}
 
 
-def pool_result(pool_name: str, questions: int = QUESTIONS, seed: int = 0, cache_dir: Any = None) -> dict[str, Any]:
-    """Every game's values for one pool, and the agreement of every pair of games."""
+def pool_result(pool_name: str, played: Any = tuple(GAMES), questions: int = QUESTIONS, seed: int = 0,
+                cache_dir: Any = None) -> dict[str, Any]:
+    """The values of every game in ``played`` for one pool, and the agreement of every pair of them."""
     games, seconds = {}, {}
-    for game in GAMES:
+    for game in played:
         t0 = time.perf_counter()
         report = value(pool_name, game, questions, seed, cache_dir)
         seconds[game] = round(time.perf_counter() - t0, 1)
@@ -83,7 +84,7 @@ def pool_result(pool_name: str, questions: int = QUESTIONS, seed: int = 0, cache
         }
         names, ids, individual = report.names, report.example_ids, report.individual
     pairs = {}
-    order = list(GAMES)
+    order = list(played)
     for i, a in enumerate(order):
         for b in order[i + 1 :]:
             pairs[f"{a}~{b}"] = agreement(games[a]["shapley_per_question"], games[b]["shapley_per_question"], ids)
@@ -103,10 +104,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
     for ax, name in zip(axes[0], pools):
         p = result["pools"][name]
         n = len(p["names"])
-        width = 0.8 / len(GAMES)
-        for k, game in enumerate(GAMES):
+        width = 0.8 / len(p["games"])
+        for k, game in enumerate(p["games"]):
             g = p["games"][game]
-            x = np.arange(n) + (k - (len(GAMES) - 1) / 2) * width
+            x = np.arange(n) + (k - (len(p["games"]) - 1) / 2) * width
             ci = np.asarray(g["shapley_ci"], float)
             means = np.asarray(g["shapley"])
             ax.bar(x, means, width, label=f"{game} ({g['level']})",
@@ -129,6 +130,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--pools", default=",".join(POOLS))
+    parser.add_argument("--games", default=",".join(GAMES), help="games to play (default: all)")
+    parser.add_argument("--debate-pools", default=",".join(POOLS),
+                        help="pools that also play debate (its 8-model pools cost the most: 255 coalitions of 2 rounds)")
     args = parser.parse_args()
     import torch
 
@@ -136,7 +140,8 @@ def main() -> None:
     result = {"questions": args.questions, "seed": args.seed, "max_new_tokens": MAX_NEW_TOKENS, "ci_level": CI_LEVEL,
               "games": {g: {"level": lv, "protocol": p} for g, (lv, p) in GAMES.items()}, "pools": {}}
     for name in args.pools.split(","):
-        result["pools"][name] = pool_result(name, args.questions, args.seed, args.cache_dir)
+        played = [g for g in args.games.split(",") if g != "debate" or name in args.debate_pools.split(",")]
+        result["pools"][name] = pool_result(name, played, args.questions, args.seed, args.cache_dir)
         print(name, json.dumps({k: (v["kendall_tau"], v["tau_ci"]) for k, v in result["pools"][name]["agreement"].items()}),
               flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

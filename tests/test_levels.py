@@ -305,3 +305,35 @@ def test_train_in_ensemble_moves_the_learner_only(task, one_thread):
     assert pool["model_1"].fingerprint == partner
     with pytest.raises(ConfigError, match="needs a logit-level protocol"):
         train_in_ensemble(pool, task, "model_0", LogitCRLConfig(steps=1), protocol="soup")
+
+
+# ---------------------------------------------------------------------- the committed measurement
+@pytest.mark.slow
+def test_committed_levels_figures(one_thread):
+    """docs/levels.json (benchmarks/levels.py): zoo v1's exact Shapley values in vote, fusion and soup re-played on
+    12 of its questions (a question's Shapley values depend on that question's coalition values alone), and every
+    pool's cross-fit and same-question taus recomputed from the committed per-question values."""
+    import json
+    from pathlib import Path
+
+    from benchmarks import levels
+
+    d = json.loads((Path(__file__).resolve().parents[1] / "docs" / "levels.json").read_text())
+    zoo = d["pools"]["zoo"]
+    task = levels.task_for(d["questions"], d["seed"])
+    assert [e.id for e in task.examples] == zoo["example_ids"]
+    part = task.subset(zoo["example_ids"][:12])
+    sampling = agents.SamplingParams(max_new_tokens=d["max_new_tokens"])
+    for game in ("vote", "fusion", "soup"):
+        report = evaluate(levels.GAMES[game][1], agents.pool("zoo"), part, seed=d["seed"], sampling=sampling,
+                          cache_dir=False, progress=False)
+        committed = np.asarray(zoo["games"][game]["shapley_per_question"])[:, :12]
+        np.testing.assert_allclose(report.shapley.per_question, committed, atol=1e-12, err_msg=game)
+    for name, pool in d["pools"].items():
+        for pair, found in pool["agreement"].items():
+            a, b = pair.split("~")
+            again = levels.agreement(pool["games"][a]["shapley_per_question"], pool["games"][b]["shapley_per_question"],
+                                     pool["example_ids"])
+            assert again == found, (name, pair)
+            means = np.asarray(pool["games"][a]["shapley_per_question"]).mean(axis=1)
+            np.testing.assert_allclose(means, pool["games"][a]["shapley"], atol=1e-12)
