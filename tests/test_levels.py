@@ -243,6 +243,7 @@ def test_a_model_equal_to_the_base_adds_nothing(protocol, task, one_thread):
     np.testing.assert_allclose(report.shapley.means, _shapley_by_orderings(values, 3, game.empty_value), atol=1e-12)
 
 
+@pytest.mark.slow  # two fresh interpreters: about 25 s idle
 def test_logit_games_through_the_cli_with_the_coalition_cache(tmp_path):
     cmd = [sys.executable, "-m", "crl_envs.commands", "value", "--protocol", "logit-fusion", "--pool",
            "zoo:zoo-nocarry,zoo:zoo-small", "--n", "6", "--max-new-tokens", "24", "--quiet", "--out",

@@ -14,13 +14,26 @@ from typing import Any
 
 from agents import Agent, Request, SamplingParams, from_spec
 from agents.merge import check_common_base, check_mergeable, merged_agent
-from crl_envs.protocols.levels import SeatEnv
+from crl_envs.protocols.levels import SeatEnv, versions
 from crl_kit.errors import ConfigError, ConfigTypeError
 
 #: v(∅) of the base methods: (base fingerprint, task fingerprint, examples) -> the base's accuracy
 _BASE_ALONE: dict[tuple, float] = {}
 #: how the base answers for v(∅): greedy, as the runner's default sampling
 BASE_SAMPLING = SamplingParams(temperature=0.0, max_new_tokens=256)
+
+
+_FINGERPRINTS: dict[tuple, tuple[str, Agent]] = {}
+
+
+def base_fingerprint(base: Agent) -> str:
+    """``base.fingerprint``, computed once per base object and weights (every episode's env asks for it)."""
+    key = (id(base), versions(base))
+    if key not in _FINGERPRINTS:
+        if len(_FINGERPRINTS) > 64:
+            _FINGERPRINTS.clear()
+        _FINGERPRINTS[key] = (base.fingerprint, base)  # the base is held, so its id stays its own
+    return _FINGERPRINTS[key][0]
 
 
 class MergeEnv(SeatEnv):
@@ -57,7 +70,7 @@ class MergeEnv(SeatEnv):
         return out
 
     def rule(self) -> str:
-        base = None if self.base is None else self.base.fingerprint
+        base = None if self.base is None else base_fingerprint(self.base)
         return f"{self.METHOD}({sorted(self.params.items())}, base={base})"
 
     def check_pool(self, members: Sequence[Agent]) -> None:
@@ -75,7 +88,7 @@ class MergeEnv(SeatEnv):
         the task alone (greedy), the merge of no task vectors."""
         if self.base is None:
             return 0.0
-        key = (self.base.fingerprint, self.task.fingerprint, tuple(e.id for e in self.task.examples))
+        key = (base_fingerprint(self.base), self.task.fingerprint, tuple(e.id for e in self.task.examples))
         if key not in _BASE_ALONE:
             _BASE_ALONE[key] = self._base_alone()
         return _BASE_ALONE[key]
