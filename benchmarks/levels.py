@@ -123,6 +123,32 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The tables docs/levels.md quotes: each pool's v(N) and Shapley values per game, and the agreement of
+    every pair of games (cross-fit tau with its BCa interval and exact p; the same-question tau beside it)."""
+    lines = []
+    for name, p in result["pools"].items():
+        games = list(p["games"])
+        lines += [f"**{name}** (v(N): " + ", ".join(f"{g} {p['games'][g]['system_value']:.2f}" for g in games) + ")", "",
+                  "| model | alone | " + " | ".join(f"{g} ({p['games'][g]['level']})" for g in games) + " |",
+                  "|---|---|" + "---|" * len(games)]
+        for i, model in enumerate(p["names"]):
+            cells = []
+            for g in games:
+                ci = p["games"][g]["shapley_ci"][i]
+                cells.append(f"{p['games'][g]['shapley'][i]:+.3f} [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+            lines.append(f"| {model} | {p['individual'][i]:.2f} | " + " | ".join(cells) + " |")
+        lines += ["", "| games | cross-fit tau | 90% BCa CI | exact p | same-question tau |", "|---|---|---|---|---|"]
+        for pair, a in p["agreement"].items():
+            tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:+.2f}"
+            ci = "n/a" if a["tau_ci"] is None else f"[{a['tau_ci'][0]:+.2f}, {a['tau_ci'][1]:+.2f}]"
+            pv = "n/a" if a["p_value"] is None else f"{a['p_value']:.3f}"
+            same = "n/a" if a["same_question_tau"] is None else f"{a['same_question_tau']:+.2f}"
+            lines.append(f"| {pair.replace('~', ' vs ')} | {tau} | {ci} | {pv} | {same} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs"))
@@ -130,10 +156,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--pools", default=",".join(POOLS))
+    parser.add_argument("--markdown", action="store_true", help="print docs/levels.md's tables from --out's levels.json")
     parser.add_argument("--games", default=",".join(GAMES), help="games to play (default: all)")
     parser.add_argument("--debate-pools", default=",".join(POOLS),
                         help="pools that also play debate (its 8-model pools cost the most: 255 coalitions of 2 rounds)")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads((args.out / "levels.json").read_text())))
+        return
     import torch
 
     torch.set_num_threads(1)

@@ -101,6 +101,26 @@ def test_step_env_gives_the_seat_answer(zoo, task, one_thread):
         assert env.action_space("model_0").shape == (pool["model_0"].model.config.vocab_size,)
 
 
+@pytest.mark.parametrize("form", ["seat", "steps"])
+def test_pettingzoo_api(form, zoo, task):
+    """PettingZoo's own API and seed tests: the seat form (text actions) and the step form (logit actions)."""
+    import warnings
+
+    from pettingzoo.test import parallel_api_test, parallel_seed_test
+
+    pool = agents.pool([zoo["model_0"], zoo["model_1"]])
+    if form == "seat":
+        def make():
+            return crl_envs.soup_v0(pool, task)
+    else:
+        def make():
+            return LogitStepEnv(pool, task, sampling=agents.SamplingParams(temperature=1.0, max_new_tokens=6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parallel_api_test(make(), num_cycles=20)
+    parallel_seed_test(make, num_cycles=20)
+
+
 def test_logit_protocols_are_registered_and_named():
     assert protocols.get("logit-fusion") is crl_envs.logit_fusion_v0 is protocols.get("logit_fusion_v0")
     assert protocols.family("logit_contrast") == "logit" and protocols.family("ties") == "weight"
