@@ -57,14 +57,45 @@ def agreement(a, b, example_ids) -> dict[str, Any]:
     """Cross-fit and same-question Kendall tau between two ``(models, questions)`` Shapley tables."""
     import numpy as np
 
-    from crl_envs.stats import correlation, crossfit_tau
+    from crl_envs.stats import correlation, crossfit_tau, verdict
 
     fit = crossfit_tau(np.asarray(a), np.asarray(b), example_ids, level=CI_LEVEL)
     same = correlation(np.asarray(a).mean(axis=1), np.asarray(b).mean(axis=1))
+    found = verdict(fit["kendall_tau"], fit["p_value"], fit["min_p_value"], fit["tau_ci"], questions=fit["questions"])
     return {"kendall_tau": fit["kendall_tau"], "p_value": fit["p_value"], "min_p_value": fit["min_p_value"],
-            "tau_ci": fit["tau_ci"], "questions": fit["questions"],
+            "tau_ci": fit["tau_ci"], "questions": fit["questions"], "verdict": found,
             "same_question_tau": None if np.isnan(same.value) else float(same.value),
             "same_question_p": None if np.isnan(same.value) else float(same.p_value)}
+
+
+def pooled(result: dict[str, Any]) -> dict[str, Any]:
+    """Each pair of games over every pool that played both: the sum of the pools' cross-fit taus against the
+    exact null that permutes each pool's model labels independently (:func:`crl_envs.stats.grouped_permutation_test`),
+    and whether the pools' taus disagree (:func:`crl_envs.stats.heterogeneity`)."""
+    import numpy as np
+
+    from crl_envs.stats import crossfit_tau, grouped_permutation_test, heterogeneity
+
+    out = {}
+    pairs = dict.fromkeys(k for p in result["pools"].values() for k in p["agreement"])
+    for pair in pairs:
+        a, b = pair.split("~")
+        fits, names = [], []
+        for name, p in result["pools"].items():
+            if pair in p["agreement"]:
+                fits.append(crossfit_tau(np.asarray(p["games"][a]["shapley_per_question"]),
+                                         np.asarray(p["games"][b]["shapley_per_question"]), p["example_ids"],
+                                         level=CI_LEVEL))
+                names.append(name)
+        if len(fits) < 2:
+            continue
+        test = grouped_permutation_test([(f["x"], f["y"]) for f in fits], names)
+        taus = [np.nan if f["kendall_tau"] is None else f["kendall_tau"] for f in fits]
+        het = heterogeneity(taus, [f["boots"] for f in fits])
+        out[pair] = {"pools": names, "mean_tau": float(np.nanmean(taus)),
+                     "p_value": float(test["p_value"]), "exact": bool(test["exact"]),
+                     "heterogeneous": bool(het["heterogeneous"])}
+    return out
 
 
 def pool_result(pool_name: str, played: Any = tuple(GAMES), questions: int = QUESTIONS, seed: int = 0,
@@ -138,14 +169,20 @@ def markdown(result: dict[str, Any]) -> str:
                 ci = p["games"][g]["shapley_ci"][i]
                 cells.append(f"{p['games'][g]['shapley'][i]:+.3f} [{ci[0]:+.2f}, {ci[1]:+.2f}]")
             lines.append(f"| {model} | {p['individual'][i]:.2f} | " + " | ".join(cells) + " |")
-        lines += ["", "| games | cross-fit tau | 90% BCa CI | exact p | same-question tau |", "|---|---|---|---|---|"]
+        lines += ["", "| games | cross-fit tau | 90% BCa CI | exact p | verdict | same-question tau |",
+                  "|---|---|---|---|---|---|"]
         for pair, a in p["agreement"].items():
             tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:+.2f}"
             ci = "n/a" if a["tau_ci"] is None else f"[{a['tau_ci'][0]:+.2f}, {a['tau_ci'][1]:+.2f}]"
             pv = "n/a" if a["p_value"] is None else f"{a['p_value']:.3f}"
             same = "n/a" if a["same_question_tau"] is None else f"{a['same_question_tau']:+.2f}"
-            lines.append(f"| {pair.replace('~', ' vs ')} | {tau} | {ci} | {pv} | {same} |")
+            lines.append(f"| {pair.replace('~', ' vs ')} | {tau} | {ci} | {pv} | {a['verdict']} | {same} |")
         lines.append("")
+    if result.get("pooled"):
+        lines += ["| games | pools | mean cross-fit tau | pooled exact p | pools disagree |", "|---|---|---|---|---|"]
+        for pair, q in result["pooled"].items():
+            lines.append(f"| {pair.replace('~', ' vs ')} | {len(q['pools'])} | {q['mean_tau']:+.2f} | {q['p_value']:.4f} | "
+                         f"{'yes' if q['heterogeneous'] else 'no'} |")
     return "\n".join(lines)
 
 
@@ -174,6 +211,7 @@ def main() -> None:
         result["pools"][name] = pool_result(name, played, args.questions, args.seed, args.cache_dir)
         print(name, json.dumps({k: (v["kendall_tau"], v["tau_ci"]) for k, v in result["pools"][name]["agreement"].items()}),
               flush=True)
+    result["pooled"] = pooled(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "levels.json").write_text(json.dumps(result, indent=1) + "\n")
     plot(result, args.out / "levels.png")

@@ -358,3 +358,4 @@ def test_committed_levels_figures(one_thread):
             assert again == found, (name, pair)
             means = np.asarray(pool["games"][a]["shapley_per_question"]).mean(axis=1)
             np.testing.assert_allclose(means, pool["games"][a]["shapley"], atol=1e-12)
+    assert levels.pooled(d) == d["pooled"]
