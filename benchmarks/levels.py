@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -101,11 +100,9 @@ def pooled(result: dict[str, Any]) -> dict[str, Any]:
 def pool_result(pool_name: str, played: Any = tuple(GAMES), questions: int = QUESTIONS, seed: int = 0,
                 cache_dir: Any = None) -> dict[str, Any]:
     """The values of every game in ``played`` for one pool, and the agreement of every pair of them."""
-    games, seconds = {}, {}
+    games = {}
     for game in played:
-        t0 = time.perf_counter()
         report = value(pool_name, game, questions, seed, cache_dir)
-        seconds[game] = round(time.perf_counter() - t0, 1)
         games[game] = {
             "level": GAMES[game][0], "protocol": report.protocol, "system_value": float(report.system.mean()),
             "shapley": report.shapley.means.tolist(), "shapley_ci": [list(report.shapley.ci[a]) for a in report.ids],
@@ -120,7 +117,7 @@ def pool_result(pool_name: str, played: Any = tuple(GAMES), questions: int = QUE
         for b in order[i + 1 :]:
             pairs[f"{a}~{b}"] = agreement(games[a]["shapley_per_question"], games[b]["shapley_per_question"], ids)
     return {"names": names, "example_ids": ids, "individual": individual.means.tolist(), "games": games,
-            "agreement": pairs, "seconds": seconds}
+            "agreement": pairs}
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -141,14 +138,14 @@ def plot(result: dict[str, Any], path: Path) -> None:
             x = np.arange(n) + (k - (len(p["games"]) - 1) / 2) * width
             ci = np.asarray(g["shapley_ci"], float)
             means = np.asarray(g["shapley"])
-            ax.bar(x, means, width, label=f"{game} ({g['level']})",
+            ax.bar(x, means, width, label=f"{game} ({g['level']})", color=f"C{list(GAMES).index(game)}",
                    yerr=np.abs(np.stack([means - ci[:, 0], ci[:, 1] - means])), capsize=1.5)
         ax.set_xticks(np.arange(n))
         ax.set_xticklabels([s.replace("zoo4-", "").replace("zoo-", "") for s in p["names"]], rotation=60, fontsize=7)
         ax.axhline(0, color="black", lw=0.5)
         ax.set_title(f"{name}: exact Shapley ({result['questions']} questions)", fontsize=9)
         ax.set_ylabel("Shapley value (accuracy)")
-    axes[0][0].legend(fontsize=7)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -193,13 +190,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--pools", default=",".join(POOLS))
-    parser.add_argument("--markdown", action="store_true", help="print docs/levels.md's tables from --out's levels.json")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print docs/levels.md's tables from --out's levels.json (and draw its plot again)")
     parser.add_argument("--games", default=",".join(GAMES), help="games to play (default: all)")
     parser.add_argument("--debate-pools", default=",".join(POOLS),
                         help="pools that also play debate (its 8-model pools cost the most: 255 coalitions of 2 rounds)")
     args = parser.parse_args()
-    if args.markdown:
-        print(markdown(json.loads((args.out / "levels.json").read_text())))
+    if args.markdown:  # the tables, and the plot again, from the JSON
+        result = json.loads((args.out / "levels.json").read_text())
+        plot(result, args.out / "levels.png")
+        print(markdown(result))
         return
     import torch
 
