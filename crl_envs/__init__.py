@@ -30,6 +30,9 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module(f"crl_envs.{name}")
     if name == "PROTOCOLS":
         return importlib.import_module("crl_envs.protocols").PROTOCOLS
+    level = roster.model_level(name) if roster.parse(name) is None and "_v" in name else None
+    if level is not None:  # a logit- or weight-level protocol (roster.MODEL_LEVEL)
+        return importlib.import_module(roster.module(level)).env
     found = roster.parse(name)
     if found is not None:
         protocol, version = found
@@ -62,7 +65,7 @@ def _register_with_pettingzoo() -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # re-registration on module reload
-        for name, version in roster.VERSIONS.items():
+        for name, version in {**roster.VERSIONS, **roster.MODEL_LEVEL}.items():
             register("parallel", f"crl_envs/{name}-v{version}", f"{roster.module(name)}:env")
 
 

@@ -41,6 +41,17 @@ VERSIONS: dict[str, int] = {
     "refine": 0,
 }
 
+#: The logit- and weight-level protocols (:mod:`crl_envs.protocols.levels`), same naming and versioning.
+#: They read the members' logits or weights, so they play transformers models (HFAgent) only: listed
+#: apart from :data:`VERSIONS`, every one of whose protocols plays any pool (the suite's scripted pools too).
+MODEL_LEVEL: dict[str, int] = {
+    "logit_fusion": 0,
+    "logit_contrast": 0,
+    "soup": 0,
+    "task_arithmetic": 0,
+    "ties": 0,
+}
+
 _VERSIONED = re.compile(r"([a-z_]+?)_v(\d+)")
 
 
@@ -50,7 +61,7 @@ def versioned(name: str) -> str:
     Raises:
         KeyError: ``name`` is not in :data:`VERSIONS`.
     """
-    return f"{name}_v{VERSIONS[name]}"
+    return f"{name}_v{VERSIONS[name] if name in VERSIONS else MODEL_LEVEL[name]}"
 
 
 def module(name: str) -> str:
@@ -79,4 +90,21 @@ def deprecated(name: str, version: int) -> Callable[..., Any]:
     return DeprecatedModule(name, version, current).env
 
 
-__all__ = ["VERSIONS", "versioned", "module", "parse", "deprecated"]
+def model_level(name: str) -> str | None:
+    """The short name of a logit- or weight-level protocol (:data:`MODEL_LEVEL`) given as ``"logit_fusion"``,
+    ``"logit-fusion"`` or ``"logit_fusion_v0"`` (its current version), else ``None``.
+
+    Example:
+        >>> model_level("logit-fusion"), model_level("soup_v0"), model_level("vote")
+        ('logit_fusion', 'soup', None)
+    """
+    key = name.replace("-", "_")
+    if key in MODEL_LEVEL:
+        return key
+    match = _VERSIONED.fullmatch(key)
+    if match and match.group(1) in MODEL_LEVEL and int(match.group(2)) == MODEL_LEVEL[match.group(1)]:
+        return match.group(1)
+    return None
+
+
+__all__ = ["MODEL_LEVEL", "model_level", "VERSIONS", "versioned", "module", "parse", "deprecated"]

@@ -30,7 +30,13 @@ FAMILIES: dict[str, str] = {
     "aggregation": "members answer independently; their answers are combined (vote, a synthesising aggregator)",
     "judging": "members propose; a judge or ranker picks or fuses the best (text level)",
     "text exchange": "members read and revise each other's text over rounds (debate, feedback, relay, ...)",
+    "logit": "members' next-token logits are fused at every decoding step into one answer (logit level)",
+    "weight": "members' weights are merged into one model, which answers (weight level)",
 }
+
+#: The logit- and weight-level protocols (:data:`crl_envs.roster.MODEL_LEVEL`; :mod:`crl_envs.protocols.levels`),
+#: imported on first use: they play transformers models only, so they are not in :data:`PROTOCOLS`.
+MODEL_LEVEL_PROTOCOLS: tuple[str, ...] = tuple(roster.MODEL_LEVEL)
 
 
 def family(protocol: str | Callable[..., ProtocolEnv]) -> str:
@@ -58,12 +64,16 @@ def get(name: str | Callable[..., ProtocolEnv]) -> Callable[..., ProtocolEnv]:
     """
     if callable(name):
         return name
+    level = roster.model_level(name) if isinstance(name, str) else None
+    if level is not None:
+        return importlib.import_module(roster.module(level)).env
     found = roster.parse(name)
     if found is not None and found[1] < roster.VERSIONS[found[0]]:
         roster.deprecated(*found)()  # raises DeprecatedEnv, naming the current version
     key = found[0] if found is not None and found[1] == roster.VERSIONS[found[0]] else name
     if key not in PROTOCOLS:
-        raise ConfigError(f"unknown protocol {name!r}; known protocols: {', '.join(sorted(PROTOCOLS))}")
+        raise ConfigError(f"unknown protocol {name!r}; known protocols: {', '.join(sorted(PROTOCOLS))}; logit and "
+                          f"weight levels: {', '.join(MODEL_LEVEL_PROTOCOLS)}")
     return PROTOCOLS[key]
 
 
@@ -94,4 +104,4 @@ def check_options(protocol: str | Callable[..., ProtocolEnv], options: Mapping[s
         cls.check_options(options)
 
 
-__all__ = ["PROTOCOLS", "get", "env_class", "valid_options", "check_options", "ProtocolEnv", "Phase", "Outcome", "Turn", "plurality"]
+__all__ = ["PROTOCOLS", "MODEL_LEVEL_PROTOCOLS", "get", "env_class", "valid_options", "check_options", "ProtocolEnv", "Phase", "Outcome", "Turn", "plurality"]
