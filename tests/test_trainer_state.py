@@ -181,3 +181,28 @@ def test_state_and_control_are_checked_and_reset():
     control = TrainerControl(should_stop=True, should_save=True)
     control.new_step()
     assert (control.should_stop, control.should_save) == (True, False)
+
+
+def test_the_baseline_cell_evaluates_without_a_trainer_as_a_trainer_would(tmp_path):
+    """crl_envs.study's baseline cell builds no trainer (nothing trains): its scores, the system without the
+    learner and the learner's rates equal an untrained trainer's evaluate() and rates, one learner and two."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from crl_envs import study
+    from crl_envs.study.cells.trained import build_trainer, rates, scores, untrained_evaluation
+
+    committed = json.loads((Path(__file__).resolve().parents[1] / "docs" / "study.json").read_text())
+    config = study.load_config(committed["config_source"], out=tmp_path)
+    cell = min((c for c in study.plan(config) if c.kind == "baseline"), key=lambda c: (c.spec["n_eval"], c.id))
+    one = {**cell.spec, "n_eval": 16}
+    partner = next(a for a in build_trainer(one, "crl", 0, None).pool.ids if a != one["learner"])
+    two = {**{k: v for k, v in one.items() if k != "learner"}, "learners": [one["learner"], partner]}
+    for spec in (one, two):
+        trainer = build_trainer(spec, "crl", 0, None)
+        before = trainer.evaluate()
+        result, learner_rates = untrained_evaluation(spec)
+        assert scores(result) == scores(before)
+        assert np.array_equal(result.without_learner, before.without_learner)
+        assert learner_rates == rates(trainer, trainer.eval_task)
