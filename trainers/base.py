@@ -65,9 +65,10 @@ from trainers.learners import (
     merged_weights,  # noqa: F401  (re-exported: trainers.base.merged_weights)
     per_learner,
 )
-from trainers.losses import LossInputs, get_loss
-from trainers.rollout import LearnerSequence, learner_sequences, rollout_episodes, token_logprobs
+from trainers.losses import get_loss
+from trainers.rollout import LearnerSequence, learner_sequences, rollout_episodes
 from trainers.state import TrainerControl, TrainerState
+from trainers.update import policy_gradient_update
 
 # The names these helpers had when they lived here (crl_envs.study.config imports the first two).
 _learner_ids, _check_learner_specs, _LearnerState = learner_ids, check_learner_specs, LearnerState
@@ -447,76 +448,11 @@ class PolicyGradientTrainer(abc.ABC):
         normalisation still counts them)."""
         state = self._only("optimise") if learner is None else self._states[learner]
         if state.adapter is None:
-            return self._optimise(sequences, state)
+            return policy_gradient_update(state, sequences, self.config)
         from agents.hf import active_adapter
 
         with active_adapter(state.policy.model, state.adapter):  # the shared base: this learner's adapter
-            return self._optimise(sequences, state)
-
-    def _optimise(self, sequences: list[LearnerSequence], state: LearnerState) -> dict[str, float]:
-        cfg = self.config
-        loss_fn = get_loss(cfg.loss_type)
-        total_tokens = sum(len(s.completion_ids) for s in sequences)
-        total_sequences = len(sequences)
-        work = [s for s in sequences if s.advantage != 0.0 or cfg.beta > 0]
-        sums = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0}
-        forwarded = sum(len(s.completion_ids) for s in work)
-        model = state.policy.model
-        pad = state.policy.tokenizer.pad_token_id
-        for _ in range(cfg.num_iterations):
-            state.optimizer.zero_grad(set_to_none=True)
-            if not work:
-                break
-            chunks = np.array_split(np.arange(len(work)), min(cfg.gradient_accumulation_steps, len(work)))
-            for chunk in chunks:
-                part = [work[i] for i in chunk]
-                prompts = [s.prompt_ids for s in part]
-                completions = [s.completion_ids for s in part]
-                logprobs, mask = token_logprobs(model, prompts, completions, temperature=cfg.temperature,
-                                                pad_id=pad, device=state.device)
-                old = torch.zeros_like(logprobs)
-                for row, s in enumerate(part):
-                    old[row, : len(s.logprobs)] = torch.tensor(s.logprobs)
-                unknown = torch.isnan(old)
-                if unknown.any():  # stop tokens: the policy that sampled them is the current one (first pass)
-                    old = torch.where(unknown, logprobs.detach(), old)
-                    for row, s in enumerate(part):
-                        s.logprobs = old[row, : len(s.logprobs)].tolist()
-                ref = self._reference_logprobs(prompts, completions, state) if cfg.beta > 0 else None
-                inputs = LossInputs(
-                    logprobs=logprobs, old_logprobs=old, advantages=torch.tensor([s.advantage for s in part]),
-                    mask=mask, total_tokens=total_tokens, total_sequences=total_sequences, max_len=cfg.max_new_tokens,
-                    ref_logprobs=ref, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
-                )
-                loss, part_stats = loss_fn(inputs)
-                loss.backward()
-                sums["loss"] += float(loss.detach())
-                for key in ("clipped_tokens", "kl_sum"):
-                    sums[key] += part_stats.get(key, 0.0)
-            sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(state.params, cfg.max_grad_norm))
-            state.optimizer.step()
-        state.optimizer.zero_grad(set_to_none=True)
-        passes = cfg.num_iterations
-        return {
-            "loss": sums["loss"] / passes,
-            "kl": sums["kl_sum"] / max(forwarded * passes, 1) if cfg.beta > 0 else None,  # no reference when beta = 0
-            "clip_fraction": sums["clipped_tokens"] / max(forwarded * passes, 1),
-            "grad_norm": sums["grad_norm"],
-            "learner_sequences": total_sequences,
-            "learner_tokens": total_tokens,
-        }
-
-    @torch.no_grad()
-    def _reference_logprobs(self, prompts, completions, state: LearnerState) -> torch.Tensor:
-        pad = state.policy.tokenizer.pad_token_id
-        if state.reference is not None:
-            lp, _ = token_logprobs(state.reference, prompts, completions, temperature=self.config.temperature,
-                                   pad_id=pad, device=state.device)
-            return lp
-        with state.policy.model.disable_adapter():  # LoRA: the base model is the reference
-            lp, _ = token_logprobs(state.policy.model, prompts, completions, temperature=self.config.temperature,
-                                   pad_id=pad, device=state.device)
-        return lp
+            return policy_gradient_update(state, sequences, self.config)
 
     # ------------------------------------------------------------------ fit / evaluate
     def fit(self, steps: int | None = None, *, resume: bool = True) -> list[dict[str, Any]]:
