@@ -7,6 +7,7 @@ stands on lives beside it:
 
 - :mod:`trainers.learners` — each learner's state (policy, optimizer, KL reference, LoRA, the rollout engine
   and its weight sync) and the checks of ``learner=`` / ``learners=`` before any model is loaded;
+- :mod:`trainers.update` — one learner's clipped policy-gradient update (micro-batches, clipping, KL reference);
 - :mod:`trainers.state` — :class:`TrainerState` (steps, rollouts, history: what checkpoints read and write) and
   :class:`TrainerControl` (what a callback sets to stop the fit or have a checkpoint written);
 - :mod:`trainers.checkpoints` — checkpoints that resume after a kill, the metrics log kept in step, ``save_model``;
