@@ -29,7 +29,7 @@ def held(trainer: CRLTrainer) -> tuple[int, int, int]:
     for policy in trainer.policies.values():
         for p in policy.model.parameters():
             seen.setdefault(id(p), p)
-    trainable = sum(p.numel() for s in trainer._states.values() for p in s.params)
+    trainable = sum(p.numel() for s in trainer.learner_states.values() for p in s.params)
     return (sum(p.numel() for p in seen.values()), sum(p.numel() * p.element_size() for p in seen.values()),
             trainable)
 

@@ -51,8 +51,8 @@ class WinningSideTrainer(PolicyGradientTrainer):
     config_class = CRLConfig
     bonus = 0.25
 
-    def collect(self, examples: list[str], seed: int) -> RolloutBatch:
-        episodes = self.play(examples, seed)
+    def collect(self, examples: list[str], seed: int, training: list[str] | None = None) -> RolloutBatch:
+        episodes = self.play(examples, seed, training=training)
         rewards = []
         for ep in episodes:
             on_winning_side = ep.answer is not None and ep.answers.get(self.learner) == ep.answer

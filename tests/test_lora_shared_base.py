@@ -176,7 +176,7 @@ def test_rollout_policies_must_serve_adapters_one_agent_each(pool, train):
                          rollout_policy={"model_2": served("served")})
     assert isinstance(trainer.policies["model_2"], LoraAdapterAgent)
     assert trainer.sync_rollout_policy()  # model_2's adapter written for its server, model_1 plays itself
-    served = trainer._states["model_2"].rollout_policy.path
+    served = trainer.learner_states["model_2"].rollout_policy.path
     assert sorted(p.name for p in served.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
     assert not trainer.sync_rollout_policy()  # unchanged since: nothing written
 

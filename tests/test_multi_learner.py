@@ -160,7 +160,7 @@ def test_joint_training_is_deterministic_and_each_learner_keeps_its_own_state(po
     a = run(tmp_path / "a")
     run(tmp_path / "b", steps=2)
     assert a.policies["model_1"] is not a.policies["model_2"]
-    assert a._states["model_1"].optimizer is not a._states["model_2"].optimizer
+    assert a.learner_states["model_1"].optimizer is not a.learner_states["model_2"].optimizer
     assert all(any(h[f"grad_norm/{j}"] > 0 for h in a.history) for j in ROOKIES)
     assert (tmp_path / "b" / "checkpoint-000002" / "model_2" / "trainable.pt").exists()
     resumed = run(tmp_path / "b")  # resumes from step 2, one learner's files per folder

@@ -101,7 +101,8 @@ def test_callbacks_must_be_instances_checked_before_any_model_loads():
 
 def test_who_trains_a_step_reaches_collect_as_an_argument(pool, train):
     """Round robin: each step's learner is passed to collect(); a collect written with two parameters still
-    runs, reading trainer.training, and both give the same step."""
+    runs (with one deprecation warning when the trainer is built), reading trainer.training, and both give the
+    same step."""
 
     class Passed(CRLTrainer):
         seen: list
@@ -118,7 +119,8 @@ def test_who_trains_a_step_reaches_collect_as_an_argument(pool, train):
     passed = Passed("vote", pool, train, learners=ROOKIES, config=config)
     passed.seen = []
     new_steps = [passed.train_step() for _ in range(2)]
-    old_style = TwoArguments("vote", pool, train, learners=ROOKIES, config=config)
+    with pytest.warns(DeprecationWarning, match="TwoArguments.collect without a training parameter is deprecated"):
+        old_style = TwoArguments("vote", pool, train, learners=ROOKIES, config=config)  # found once, here
     old_steps = [old_style.train_step() for _ in range(2)]
     for a, b in zip(new_steps, old_steps):
         assert a["training"] == b["training"] and a["loss/" + a["training"][0]] == b["loss/" + b["training"][0]]

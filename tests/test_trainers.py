@@ -55,8 +55,8 @@ def eval_task():
 class DigitRewardTrainer(CRLTrainer):
     """A custom trainer (reward: the learner's answer contains a digit), so a random model gets signal."""
 
-    def collect(self, examples, seed):
-        episodes = self.play(examples, seed)
+    def collect(self, examples, seed, training=None):
+        episodes = self.play(examples, seed, training=training)
         rewards = [float(any(c.isdigit() for c in ep.turns_of(self.learner)[0].text)) for ep in episodes]
         r, index = self.group(episodes, rewards, len(examples))
         return RolloutBatch(episodes, r, index, rollouts=len(episodes))

@@ -11,6 +11,8 @@
 - :class:`PlaceboTrainer` — C-RL's rollouts and updates on coin-flip rewards: the control every comparison shows.
 - :mod:`trainers.controls` — the system without the learner, parse and verdict rates, the learning-rate bound.
 - :mod:`trainers.callbacks` — :class:`TrainerCallback`: the progress bar, metrics.jsonl and the trackers around ``fit()``, and yours.
+- :mod:`trainers.state` — :class:`TrainerState` (a run's progress, what checkpoints hold) and :class:`TrainerControl`
+  (a callback stops the fit or asks for a checkpoint).
 - :func:`compare` — before/after evaluations -> Δ accuracy with paired bootstrap CIs, printed in points.
 """
 
@@ -40,6 +42,7 @@ from trainers.evaluation import (
 from trainers.losses import LOSSES, LossInputs, clipped_token_loss, register_loss
 from trainers.placebo import PlaceboTrainer, placebo_rewards
 from trainers.rollout import LearnerSequence, learner_sequences, rollout_episodes, token_logprobs
+from trainers.state import TrainerControl, TrainerState
 
 #: The trainer roster, by name: the one place it is written (the study's ``[training] trainers`` reads it).
 TRAINERS = {"crl": CRLTrainer, "grpo": GRPOTrainer, "loo_reward": LOORewardTrainer, "shapley_credit": ShapleyCreditTrainer,
@@ -54,4 +57,5 @@ __all__ = [
     "CRLTrainer", "LOSSES", "LossInputs", "clipped_token_loss", "register_loss", "LearnerSequence",
     "learner_sequences", "rollout_episodes", "token_logprobs", "TRAINERS", "ROSTER", "CrossPlay", "LearnerCrossPlay",
     "crossplay", "trainer_crossplay", "PlaceboTrainer", "PlaceboConfig", "placebo_rewards", "TrainerCallback",
+    "TrainerControl", "TrainerState",
 ]

@@ -7,6 +7,9 @@ stands on lives beside it:
 
 - :mod:`trainers.learners` — each learner's state (policy, optimizer, KL reference, LoRA, the rollout engine
   and its weight sync) and the checks of ``learner=`` / ``learners=`` before any model is loaded;
+- :mod:`trainers.update` — one learner's clipped policy-gradient update (micro-batches, clipping, KL reference);
+- :mod:`trainers.state` — :class:`TrainerState` (steps, rollouts, history: what checkpoints read and write) and
+  :class:`TrainerControl` (what a callback sets to stop the fit or have a checkpoint written);
 - :mod:`trainers.checkpoints` — checkpoints that resume after a kill, the metrics log kept in step, ``save_model``;
 - :mod:`trainers.callbacks` — the progress bar, ``metrics.jsonl`` and the trackers, as callbacks (yours too);
 - :mod:`trainers.evaluation` — :func:`evaluate_policy`, :class:`EvalResult`, :func:`compare`.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import abc
 import inspect
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +37,8 @@ from crl_envs.runner import Episode
 from crl_envs.stats import PairedCI, paired_bootstrap_ci  # noqa: F401  (the statistics live there)
 from crl_envs.tasks import Task
 from crl_kit.errors import ConfigError, ConfigTypeError
+from crl_kit.safe_io import read_json
+from crl_kit.serial import jsonable
 from trainers import checkpoints as checkpoint_files
 from trainers.advantages import ADVANTAGES, compute_advantages
 from trainers.callbacks import (
@@ -60,8 +66,10 @@ from trainers.learners import (
     merged_weights,  # noqa: F401  (re-exported: trainers.base.merged_weights)
     per_learner,
 )
-from trainers.losses import LossInputs, get_loss
-from trainers.rollout import LearnerSequence, learner_sequences, rollout_episodes, token_logprobs
+from trainers.losses import get_loss
+from trainers.rollout import LearnerSequence, learner_sequences, rollout_episodes
+from trainers.state import TrainerControl, TrainerState
+from trainers.update import policy_gradient_update
 
 # The names these helpers had when they lived here (crl_envs.study.config imports the first two).
 _learner_ids, _check_learner_specs, _LearnerState = learner_ids, check_learner_specs, LearnerState
@@ -98,11 +106,27 @@ class RolloutBatch:
         return self.per_learner.get(learner, self)
 
 
+#: The methods a subclass may override that the loop passes ``training`` to.
+TAKES_TRAINING = ("collect", "advantages")
+
+
 def _takes_training(method: Callable[..., Any]) -> bool:
-    """Whether an overridden :meth:`PolicyGradientTrainer.collect` or ``advantages`` takes ``training`` (one
-    written before it did is called without it, and reads :attr:`PolicyGradientTrainer.training`)."""
+    """Whether an overridden :meth:`PolicyGradientTrainer.collect` or ``advantages`` takes ``training``."""
     parameters = inspect.signature(method).parameters.values()
     return any(p.name == "training" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _without_training(cls: type) -> frozenset[str]:
+    """Which of :data:`TAKES_TRAINING` ``cls`` overrides without a ``training`` parameter (written before the
+    loop passed it): asked once per trainer, with one deprecation warning; those are called without it and
+    read :attr:`PolicyGradientTrainer.training`."""
+    old = frozenset(name for name in TAKES_TRAINING if not _takes_training(getattr(cls, name)))
+    if old:
+        methods = ", ".join(f"{cls.__name__}.{name}" for name in sorted(old))
+        warnings.warn(f"{methods} without a training parameter is deprecated: add training=None and pass it on "
+                      f"(self.play(..., training=training)); it reads self.training meanwhile",
+                      DeprecationWarning, stacklevel=3)
+    return old
 
 
 class PolicyGradientTrainer(abc.ABC):
@@ -135,7 +159,8 @@ class PolicyGradientTrainer(abc.ABC):
             turn (``"round_robin"``, the others playing greedily as partners). Only trainers whose
             :attr:`multi_learner` is True accept more than one.
         callbacks: :class:`trainers.TrainerCallback` instances called around :meth:`fit` after the defaults
-            (the progress bar, ``metrics.jsonl``, the trackers: :func:`trainers.callbacks.default_callbacks`).
+            (the progress bar, ``metrics.jsonl``, the trackers: :func:`trainers.callbacks.default_callbacks`);
+            they read :attr:`state` and may set :attr:`control` (stop the fit, ask for a checkpoint).
 
     Raises:
         ValueError / TypeError: one line, before any model is copied or loaded by the trainer, for a
@@ -201,18 +226,21 @@ class PolicyGradientTrainer(abc.ABC):
         rollout_policies = per_learner("rollout_policy", rollout_policy, ids, broadcast=("vllm",))
         #: each pool member's content fingerprint before training (the learners' bases): a checkpoint
         #: records it, and a resume onto other weights under the same name is refused
-        self._bases = {a: (policies[a] if a in policies else self.pool[a]).fingerprint for a in self.pool.ids}
+        self.bases: dict[str, str] = {a: (policies[a] if a in policies else self.pool[a]).fingerprint
+                                      for a in self.pool.ids}
         torch.manual_seed(self.config.seed)
         self._states: dict[str, LearnerState] = (
             make_shared_states(ids, policies.get(ids[0]), self.pool, self.config) if shared else
             {j: make_state(j, policies.get(j), self.pool, self.config) for j in ids})
-        #: the learners the step in progress updates (all under ``"joint"``, one under ``"round_robin"``; all
-        #: before the first step). The loop passes them to :meth:`collect` and :meth:`advantages` as
-        #: ``training``; kept here for a :meth:`collect` that does not take it, and for reading.
-        self.training: list[str] = list(ids)
-        self.step = 0
-        self.rollouts = 0
-        self.history: list[dict[str, Any]] = []
+        #: the run's progress (:class:`trainers.state.TrainerState`): what checkpoints read and write
+        self.state = TrainerState(training=list(ids))
+        #: what callbacks ask of the fit in progress (:class:`trainers.state.TrainerControl`; new at each fit)
+        self.control = TrainerControl()
+        #: the overrides of :data:`TAKES_TRAINING` written without ``training`` (one warning, here)
+        self._without_training = _without_training(type(self))
+        #: v(N \\ learners) per held-out task (:func:`trainers.controls.with_controls`): the trainer's protocol,
+        #: pool, learners and config fix it, so one play per task
+        self.without_learner_scores: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
         self.learner_sampling = SamplingParams(temperature=self.config.temperature, top_p=self.config.top_p,
                                                max_new_tokens=self.config.max_new_tokens)
         self.partner_sampling = SamplingParams(temperature=self.config.partner_temperature,
@@ -237,7 +265,35 @@ class PolicyGradientTrainer(abc.ABC):
             raise ConfigError("rollout_policy gives several learners the same agent: with lora_shared_base each "
                              "learner needs its own (VLLMAgents on one engine, each with its adapter)")
 
+    # ------------------------------------------------------------------ the run's progress, read-only (self.state)
+    @property
+    def step(self) -> int:
+        """Optimizer steps done (:attr:`state`)."""
+        return self.state.step
+
+    @property
+    def rollouts(self) -> int:
+        """Episodes played so far (:attr:`state`)."""
+        return self.state.rollouts
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Every step's metrics, oldest first (:attr:`state`)."""
+        return self.state.history
+
+    @property
+    def training(self) -> list[str]:
+        """The learners the step in progress updates (all under ``"joint"``, one under ``"round_robin"``; all
+        before the first step): passed to :meth:`collect` and :meth:`advantages` as ``training``."""
+        return self.state.training
+
     # ------------------------------------------------------------------ the learners
+    @property
+    def learner_states(self) -> dict[str, LearnerState]:
+        """Learner id -> its :class:`trainers.learners.LearnerState` (policy, optimizer, ...), in :attr:`learners`
+        order: with :attr:`state`, what a checkpoint holds."""
+        return dict(self._states)
+
     @property
     def policies(self) -> dict[str, Agent]:
         """Learner id -> its trained policy (an :class:`agents.Agent`), in :attr:`learners` order."""
@@ -327,20 +383,18 @@ class PolicyGradientTrainer(abc.ABC):
         """One optimizer step of each learner :meth:`learners_for` names, all from the same episodes;
         returns its metrics (several learners: per-learner ones suffixed ``/<id>``)."""
         t0 = time.perf_counter()
-        training = self.learners_for(self.step)
-        self.training = training  # for a collect that does not take ``training``, and for reading
-        examples, seed = self.questions_for(self.step), self.rollout_seed(self.step)
-        if _takes_training(self.collect):
-            batch = self.collect(examples, seed, training=training)
-        else:
-            batch = self.collect(examples, seed)
+        state = self.state
+        training = self.learners_for(state.step)
+        state.training = training  # for reading, and for an override written without ``training``
+        examples, seed = self.questions_for(state.step), self.rollout_seed(state.step)
+        passed = {name: {"training": training} for name in TAKES_TRAINING if name not in self._without_training}
+        batch = self.collect(examples, seed, **passed.get("collect", {}))
         rollout_seconds = time.perf_counter() - t0
-        self.rollouts += batch.rollouts
-        advantages = self.advantages(batch, training=training) if _takes_training(self.advantages) \
-            else self.advantages(batch)
+        state.rollouts += batch.rollouts
+        advantages = self.advantages(batch, **passed.get("advantages", {}))
         own = {j: self._update_learner(j, batch.of(j), advantages[j]) for j in training}
         metrics = self._step_metrics(batch, own, training, rollout_seconds, seconds=time.perf_counter() - t0)
-        self.step += 1
+        state.step += 1
         return metrics
 
     def _update_learner(self, learner: str, view: RolloutBatch, advantages: torch.Tensor) -> dict[str, Any]:
@@ -395,76 +449,11 @@ class PolicyGradientTrainer(abc.ABC):
         normalisation still counts them)."""
         state = self._only("optimise") if learner is None else self._states[learner]
         if state.adapter is None:
-            return self._optimise(sequences, state)
+            return policy_gradient_update(state, sequences, self.config)
         from agents.hf import active_adapter
 
         with active_adapter(state.policy.model, state.adapter):  # the shared base: this learner's adapter
-            return self._optimise(sequences, state)
-
-    def _optimise(self, sequences: list[LearnerSequence], state: LearnerState) -> dict[str, float]:
-        cfg = self.config
-        loss_fn = get_loss(cfg.loss_type)
-        total_tokens = sum(len(s.completion_ids) for s in sequences)
-        total_sequences = len(sequences)
-        work = [s for s in sequences if s.advantage != 0.0 or cfg.beta > 0]
-        sums = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "grad_norm": 0.0}
-        forwarded = sum(len(s.completion_ids) for s in work)
-        model = state.policy.model
-        pad = state.policy.tokenizer.pad_token_id
-        for _ in range(cfg.num_iterations):
-            state.optimizer.zero_grad(set_to_none=True)
-            if not work:
-                break
-            chunks = np.array_split(np.arange(len(work)), min(cfg.gradient_accumulation_steps, len(work)))
-            for chunk in chunks:
-                part = [work[i] for i in chunk]
-                prompts = [s.prompt_ids for s in part]
-                completions = [s.completion_ids for s in part]
-                logprobs, mask = token_logprobs(model, prompts, completions, temperature=cfg.temperature,
-                                                pad_id=pad, device=state.device)
-                old = torch.zeros_like(logprobs)
-                for row, s in enumerate(part):
-                    old[row, : len(s.logprobs)] = torch.tensor(s.logprobs)
-                unknown = torch.isnan(old)
-                if unknown.any():  # stop tokens: the policy that sampled them is the current one (first pass)
-                    old = torch.where(unknown, logprobs.detach(), old)
-                    for row, s in enumerate(part):
-                        s.logprobs = old[row, : len(s.logprobs)].tolist()
-                ref = self._reference_logprobs(prompts, completions, state) if cfg.beta > 0 else None
-                inputs = LossInputs(
-                    logprobs=logprobs, old_logprobs=old, advantages=torch.tensor([s.advantage for s in part]),
-                    mask=mask, total_tokens=total_tokens, total_sequences=total_sequences, max_len=cfg.max_new_tokens,
-                    ref_logprobs=ref, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
-                )
-                loss, part_stats = loss_fn(inputs)
-                loss.backward()
-                sums["loss"] += float(loss.detach())
-                for key in ("clipped_tokens", "kl_sum"):
-                    sums[key] += part_stats.get(key, 0.0)
-            sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(state.params, cfg.max_grad_norm))
-            state.optimizer.step()
-        state.optimizer.zero_grad(set_to_none=True)
-        passes = cfg.num_iterations
-        return {
-            "loss": sums["loss"] / passes,
-            "kl": sums["kl_sum"] / max(forwarded * passes, 1) if cfg.beta > 0 else None,  # no reference when beta = 0
-            "clip_fraction": sums["clipped_tokens"] / max(forwarded * passes, 1),
-            "grad_norm": sums["grad_norm"],
-            "learner_sequences": total_sequences,
-            "learner_tokens": total_tokens,
-        }
-
-    @torch.no_grad()
-    def _reference_logprobs(self, prompts, completions, state: LearnerState) -> torch.Tensor:
-        pad = state.policy.tokenizer.pad_token_id
-        if state.reference is not None:
-            lp, _ = token_logprobs(state.reference, prompts, completions, temperature=self.config.temperature,
-                                   pad_id=pad, device=state.device)
-            return lp
-        with state.policy.model.disable_adapter():  # LoRA: the base model is the reference
-            lp, _ = token_logprobs(state.policy.model, prompts, completions, temperature=self.config.temperature,
-                                   pad_id=pad, device=state.device)
-        return lp
+            return policy_gradient_update(state, sequences, self.config)
 
     # ------------------------------------------------------------------ fit / evaluate
     def fit(self, steps: int | None = None, *, resume: bool = True) -> list[dict[str, Any]]:
@@ -475,26 +464,49 @@ class PolicyGradientTrainer(abc.ABC):
         ``save_steps``, ``output_dir``, ``tensorboard`` and ``progress`` may differ); one line says so.
         Different settings raise. ``resume=False`` starts over and deletes the run's old checkpoints and
         metrics in ``output_dir``. Around the steps it calls :attr:`callbacks` (:mod:`trainers.callbacks`);
-        on an exception they end with ``"FAILED"`` (``"KILLED"`` on an interrupt) and it is raised on."""
+        on an exception they end with ``"FAILED"`` (``"KILLED"`` on an interrupt) and it is raised on.
+
+        A checkpoint is written after every ``config.save_steps``-th step and the fit's last one (with an
+        ``output_dir``), and after any step where a callback set ``control.should_save``; a callback that sets
+        ``control.should_stop`` ends the fit after the step (:class:`trainers.state.TrainerControl`).
+
+        Raises:
+            ConfigError: a callback asked for a checkpoint (``control.should_save``) without ``config.output_dir``.
+        """
         steps = self.config.steps if steps is None else steps
         if resume:
             self.load_checkpoint()
         else:
             self._clear_output_dir()
+        self.control = TrainerControl()
         self._call("on_train_begin", steps)
         try:
-            while self.step < steps:
-                metrics = self.train_step()
-                self.history.append(metrics)
-                self.log(metrics)
-                self._call("on_step_end", metrics)
-                if self.config.output_dir and (self.step % self.config.save_steps == 0 or self.step == steps):
-                    self.save_checkpoint()
+            while self.state.step < steps and not self.control.should_stop:
+                self._fit_step(steps)
         except BaseException as e:  # the trackers' run is marked as ended badly, not left RUNNING
             self._call("on_train_end", KILLED if isinstance(e, (KeyboardInterrupt, SystemExit)) else FAILED)
             raise
         self._call("on_train_end", FINISHED)  # the trackers' run ends with fit (a later fit opens a new one)
         return self.history
+
+    def _fit_step(self, steps: int) -> None:
+        """One step of :meth:`fit` (which ends at ``steps``): train, log, the callbacks, then the checkpoint the
+        schedule or :attr:`control` asks for."""
+        control, out = self.control, self.config.output_dir
+        control.new_step()
+        metrics = self.train_step()
+        self.state.history.append(metrics)
+        step = self.state.step
+        control.should_save = bool(out) and (step % self.config.save_steps == 0 or step == steps)
+        self.log(metrics)
+        self._call("on_step_end", metrics)
+        if control.should_stop and out:  # the fit's last step, as at ``steps``
+            control.should_save = True
+        if control.should_save:
+            if not out:
+                raise ConfigError(f"a callback set control.should_save at step {step} but config.output_dir is "
+                                  "unset: give the trainer an output_dir to write checkpoints to")
+            self.save_checkpoint()
 
     def evaluate(self, task: Task | str | None = None, *, controls: bool = True) -> EvalResult:
         """System and standalone accuracy of the current policies on held-out questions (greedy); see
@@ -548,7 +560,9 @@ class PolicyGradientTrainer(abc.ABC):
         """Write ``output_dir/checkpoint-<step>`` atomically: trainable weights (the LoRA adapter
         only, with LoRA), optimizer, step, rollouts, RNG state. Several learners: each learner's weights
         and optimizer in ``checkpoint-<step>/<id>/``. Callbacks' ``on_save`` follow."""
-        path = checkpoint_files.save_checkpoint(self)
+        record = {"config": jsonable(self.config.to_dict()), "trainer": type(self).__name__,
+                  "learner": checkpoint_files.learner_key(self.learners), "setup": self.setup()}
+        path = checkpoint_files.save_checkpoint(self.config.output_dir, self.state, self._states, record)
         self._call("on_save", path)
         return path
 
@@ -566,13 +580,13 @@ class PolicyGradientTrainer(abc.ABC):
 
     def checkpoint_differences(self, state: dict[str, Any]) -> list[str]:
         """``field: saved -> current`` for every setting where the checkpoint's ``state`` differs from this trainer."""
-        return checkpoint_files.checkpoint_differences(self, state)
+        return checkpoint_files.checkpoint_differences(state, self.config, self.setup())
 
     def checkpoint_problem(self, path: Path) -> str:
         """What is wrong with the checkpoint directory ``path`` ("" when every file it needs is there and
         reads back), checked before anything is loaded: state.json, rng.pt, and each learner's
         trainable.pt and optimizer.pt (torch archives whose zip index must read)."""
-        return checkpoint_files.checkpoint_problem(self, path)
+        return checkpoint_files.checkpoint_problem(Path(path), self.learners)
 
     def load_checkpoint(self, path: str | Path | None = None, *, strict: bool = True) -> bool:
         """Restore the latest (or the given) checkpoint; drop metrics logged after it. False if none.
@@ -582,15 +596,30 @@ class PolicyGradientTrainer(abc.ABC):
         explicitly raises). With ``strict`` (default) a checkpoint written with other settings (see
         :meth:`fit`; the pool's weights included) raises instead; ``strict=False`` loads it anyway
         (e.g. to continue with a new learning rate)."""
-        return checkpoint_files.load_checkpoint(self, path, strict=strict)
+        name, out = type(self).__name__, self.config.output_dir
+        path = checkpoint_files.checkpoint_to_load(out, self.learners, path, name=name)
+        if path is None:
+            checkpoint_files.truncate_metrics(self.state, 0, Path(out) if out else None)
+            return False
+        differences = self.checkpoint_differences(read_json(path / "state.json"))
+        if differences and strict:
+            raise ConfigError(
+                f"{path} was written with other settings ({'; '.join(differences)}); use a new output_dir, "
+                "or fit(resume=False) to start over there, or load_checkpoint(strict=False) to continue from it anyway"
+            )
+        checkpoint_files.load_checkpoint(path, self.state, self._states, metrics_dir=Path(out or path.parent))
+        note = f"; settings differ ({'; '.join(differences)})" if differences else "; same settings"
+        print(f"{name}: resumed from {path} at step {self.state.step}{note}")
+        return True
 
     def _clear_output_dir(self) -> None:
         """``fit(resume=False)``: remove this run's checkpoints, metrics and TensorBoard events (those a
         tracker run still writes stay)."""
         tracking = any(isinstance(c, TrackersCallback) and c.is_open for c in self.callbacks)
-        checkpoint_files.clear_output_dir(self, keep_tensorboard=tracking)
+        checkpoint_files.clear_output_dir(self.config.output_dir, self.state, name=type(self).__name__,
+                                          keep_tensorboard=tracking)
 
     def save_model(self, path: str | Path) -> Path:
         """The trained policy with ``save_pretrained`` (the adapter only, with LoRA) and its tokenizer;
         several learners: each in ``path/<id>``."""
-        return checkpoint_files.save_model(self, path)
+        return checkpoint_files.save_model(self._states, path)

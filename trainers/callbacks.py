@@ -1,13 +1,17 @@
 """Callbacks: what happens around the training loop without changing what it computes.
 
 As in TRL (``transformers.TrainerCallback``), a trainer holds a list of callbacks and calls each hook of
-every one, in order; a hook gets the trainer and reads what it needs (``trainer.step``, ``trainer.config``,
-``trainer.history``). :meth:`trainers.PolicyGradientTrainer.fit` calls, in this order::
+every one, in order; a hook gets the trainer, reads the run's progress in ``trainer.state`` (a
+:class:`trainers.state.TrainerState`: ``step``, ``rollouts``, ``history``) and its settings in ``trainer.config``,
+and steers the fit through ``trainer.control`` (a :class:`trainers.state.TrainerControl`): ``should_stop = True``
+ends it after the step, ``should_save = True`` writes a checkpoint after it (both read after ``on_step_end``).
+:meth:`trainers.PolicyGradientTrainer.fit` calls, in this order::
 
-    on_train_begin(trainer, steps)      fit() starts (after a resume), to run until ``steps``
+    on_train_begin(trainer, steps)      fit() starts (after a resume), to run until ``steps`` (a new control)
       on_log(trainer, metrics)          trainer.log(metrics): a step's metrics (the last of ``trainer.history``)
       on_step_end(trainer, metrics)     the step is done and logged
-      on_save(trainer, path)            a checkpoint was written to ``path``
+      on_save(trainer, path)            a checkpoint was written to ``path`` (save_steps, the last step, or
+                                        control.should_save)
     on_train_end(trainer, status)       fit() ends: "FINISHED", or "FAILED" / "KILLED" when it ended on an
                                         exception / an interrupt (the exception is raised on after)
 
@@ -35,7 +39,15 @@ FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 
 class TrainerCallback:
     """Hooks into :meth:`trainers.PolicyGradientTrainer.fit`; override the ones you need (each does nothing
-    by default). ``trainer`` is the :class:`trainers.PolicyGradientTrainer` calling it."""
+    by default). ``trainer`` is the :class:`trainers.PolicyGradientTrainer` calling it: read ``trainer.state``,
+    set ``trainer.control``.
+
+    Example (stop once the mean reward reaches 0.9)::
+
+        class StopAtReward(TrainerCallback):
+            def on_step_end(self, trainer, metrics):
+                trainer.control.should_stop = metrics["reward_mean"] >= 0.9
+    """
 
     def on_train_begin(self, trainer: Any, steps: int) -> None:
         """fit() starts, at ``trainer.step`` (after a resume), and trains until ``steps``."""
@@ -61,7 +73,7 @@ class ProgressCallback(TrainerCallback):
         self.bar: Any = None
 
     def on_train_begin(self, trainer: Any, steps: int) -> None:
-        self.bar = tqdm(total=steps, initial=min(trainer.step, steps), desc=f"{type(trainer).__name__}",
+        self.bar = tqdm(total=steps, initial=min(trainer.state.step, steps), desc=f"{type(trainer).__name__}",
                         disable=not trainer.config.progress)
 
     def on_step_end(self, trainer: Any, metrics: dict[str, Any]) -> None:

@@ -2,8 +2,10 @@
 every file checked before anything is loaded, refused when written with other settings), the metrics log
 kept in step with the checkpoint resumed from, a fresh start (``fit(resume=False)``) and the trained model.
 
-Functions of the trainer (a :class:`trainers.PolicyGradientTrainer`), which keeps its methods of the same
-names (``save_checkpoint``, ``load_checkpoint``, ...) as one-line calls of these. Layout of a checkpoint::
+Functions of the run's :class:`trainers.state.TrainerState` (step, rollouts, history: what they read and write)
+and its learners' :class:`trainers.learners.LearnerState` (weights and optimizers); the trainer keeps its methods
+of the same names (``save_checkpoint``, ``load_checkpoint``, ...) as one-line calls of these and reads nothing
+else of them. Layout of a checkpoint::
 
     output_dir/checkpoint-000002/state.json      step, rollouts, config, trainer, learner(s), setup
                                  rng.pt          torch's RNG state
@@ -17,8 +19,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +29,11 @@ from agents import stable_hash
 from crl_kit.errors import ConfigError, RunError
 from crl_kit.safe_io import atomic_write_text, read_json, read_regular
 from crl_kit.serial import jsonable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainers.config import TrainerConfig
+    from trainers.learners import LearnerState
+    from trainers.state import TrainerState
 
 #: Config fields that do not change what training computes: a checkpoint written under other values resumes.
 RESUMABLE_FIELDS = frozenset({"steps", "output_dir", "save_steps", "tensorboard", "trackers", "tracking_project",
@@ -56,52 +64,54 @@ def setup_of(trainer: Any) -> dict[str, Any]:
             "task": {"name": trainer.task.name, "n": len(trainer.task),
                      "ids": stable_hash(*[ex.id for ex in trainer.task]) % (2**61)},
             "pool": [trainer.pool[a].name for a in trainer.pool.ids],
-            "bases": [trainer._bases[a] for a in trainer.pool.ids]}
+            "bases": [trainer.bases[a] for a in trainer.pool.ids]}
 
 
-def save_checkpoint(trainer: Any) -> Path:
-    """Write ``output_dir/checkpoint-<step>`` atomically (a temporary directory renamed into place)."""
-    if not trainer.config.output_dir:
+def save_checkpoint(output_dir: str | None, state: TrainerState, learners: Mapping[str, LearnerState],
+                    record: Mapping[str, Any]) -> Path:
+    """Write ``output_dir/checkpoint-<step>`` atomically (a temporary directory renamed into place): each learner's
+    trainable tensors and optimizer, torch's RNG state, and ``state.json`` with ``state``'s :meth:`~trainers.state.
+    TrainerState.to_dict` and ``record`` (config, trainer, learner(s), setup: what a resume is checked against)."""
+    if not output_dir:
         raise ConfigError("save_checkpoint needs config.output_dir")
-    root = Path(trainer.config.output_dir)
-    final = root / f"checkpoint-{trainer.step:06d}"
-    tmp = root / f".tmp-checkpoint-{trainer.step:06d}-{os.getpid()}"
+    root = Path(output_dir)
+    final = root / f"checkpoint-{state.step:06d}"
+    tmp = root / f".tmp-checkpoint-{state.step:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for j, learner_state in trainer._states.items():
-        where = learner_dir(tmp, trainer.learners, j)
+    for j, learner_state in learners.items():
+        where = learner_dir(tmp, list(learners), j)
         where.mkdir(exist_ok=True)
-        torch.save(trainer.trainable_state(j), where / "trainable.pt")
+        torch.save(learner_state.trainable_state(), where / "trainable.pt")
         torch.save(learner_state.optimizer.state_dict(), where / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
-    state = {"step": trainer.step, "rollouts": trainer.rollouts, "config": jsonable(trainer.config.to_dict()),
-             "trainer": type(trainer).__name__, "learner": learner_key(trainer.learners), "setup": trainer.setup()}
-    (tmp / "state.json").write_text(json.dumps(state, indent=1, default=str))
+    (tmp / "state.json").write_text(json.dumps({**state.to_dict(), **record}, indent=1, default=str))
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     return final
 
 
-def checkpoint_differences(trainer: Any, state: dict[str, Any]) -> list[str]:
-    """``field: saved -> current`` for every setting where the checkpoint's ``state`` differs from ``trainer``."""
-    defaults = jsonable(type(trainer.config)().to_dict())
-    saved_cfg = {**{k: v for k, v in defaults.items() if k not in state.get("config", {})},  # fields added since
-                 **state.get("config", {})}
+def checkpoint_differences(saved: dict[str, Any], config: TrainerConfig, setup: dict[str, Any]) -> list[str]:
+    """``field: saved -> current`` for every setting where a checkpoint's ``state.json`` (``saved``) differs from
+    the run's ``config`` and ``setup`` (:func:`setup_of`)."""
+    defaults = jsonable(type(config)().to_dict())
+    saved_cfg = {**{k: v for k, v in defaults.items() if k not in saved.get("config", {})},  # fields added since
+                 **saved.get("config", {})}
     saved_cfg = {k: v for k, v in saved_cfg.items() if k not in RESUMABLE_FIELDS}
-    current_cfg = {k: v for k, v in jsonable(trainer.config.to_dict()).items() if k not in RESUMABLE_FIELDS}
-    saved = {**{f"config.{k}": v for k, v in saved_cfg.items()}, **state.get("setup", {})}
+    current_cfg = {k: v for k, v in jsonable(config.to_dict()).items() if k not in RESUMABLE_FIELDS}
+    before = {**{f"config.{k}": v for k, v in saved_cfg.items()}, **saved.get("setup", {})}
     current = {**{f"config.{k}": v for k, v in current_cfg.items()},
-               **{k: v for k, v in jsonable(trainer.setup()).items() if k in state.get("setup", {})}}
-    if "setup" not in state:  # written before setups were stored: the trainer and learner were
-        saved.update(trainer=state.get("trainer"), learner=state.get("learner"))
-        current.update(trainer=type(trainer).__name__, learner=learner_key(trainer.learners))
-    return [f"{k}: {saved.get(k, '<unset>')!r} -> {current.get(k, '<unset>')!r}"
-            for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)]
+               **{k: v for k, v in jsonable(setup).items() if k in saved.get("setup", {})}}
+    if "setup" not in saved:  # written before setups were stored: the trainer and learner were
+        before.update(trainer=saved.get("trainer"), learner=saved.get("learner"))
+        current.update(trainer=setup["trainer"], learner=setup["learner"])
+    return [f"{k}: {before.get(k, '<unset>')!r} -> {current.get(k, '<unset>')!r}"
+            for k in sorted(set(before) | set(current)) if before.get(k) != current.get(k)]
 
 
-def checkpoint_problem(trainer: Any, path: Path) -> str:
-    """What is wrong with the checkpoint directory ``path`` ("" when every file it needs is there and
-    reads back), checked before anything is loaded: state.json, rng.pt, and each learner's
+def checkpoint_problem(path: Path, learners: Sequence[str]) -> str:
+    """What is wrong with the checkpoint directory ``path`` of a run training ``learners`` ("" when every file
+    it needs is there and reads back), checked before anything is loaded: state.json, rng.pt, and each learner's
     trainable.pt and optimizer.pt (torch archives whose zip index must read)."""
     import zipfile
 
@@ -112,7 +122,7 @@ def checkpoint_problem(trainer: Any, path: Path) -> str:
     if not isinstance(state, dict) or not isinstance(state.get("step"), int) \
             or not isinstance(state.get("rollouts"), int):
         return f"{path / 'state.json'} holds no step and rollouts"
-    files = [path / "rng.pt"] + [learner_dir(path, trainer.learners, j) / name for j in trainer._states
+    files = [path / "rng.pt"] + [learner_dir(path, list(learners), j) / name for j in learners
                                  for name in ("trainable.pt", "optimizer.pt")]
     for f in files:
         if not f.is_file() or f.is_symlink():
@@ -127,62 +137,57 @@ def checkpoint_problem(trainer: Any, path: Path) -> str:
     return ""
 
 
-def _checkpoint_to_load(trainer: Any, path: str | Path | None) -> Path | None:
-    """``path`` checked (a damaged one raises), or the latest undamaged checkpoint (each damaged one
-    skipped is reported in one line), or None."""
+def checkpoint_to_load(output_dir: str | None, learners: Sequence[str], path: str | Path | None, *,
+                       name: str) -> Path | None:
+    """``path`` checked (a damaged one raises), or the latest undamaged checkpoint in ``output_dir`` (each damaged
+    one skipped is reported in one line, prefixed with ``name``), or None."""
     if path is not None:
         path = Path(path)
-        problem = trainer.checkpoint_problem(path)
+        problem = checkpoint_problem(path, learners)
         if problem:
             raise RunError(f"cannot resume from {path}: {problem}; pass another checkpoint or fit(resume=False)")
         return path
-    for candidate in reversed(trainer.checkpoints()):
-        problem = trainer.checkpoint_problem(candidate)
+    for candidate in reversed(list_checkpoints(output_dir)):
+        problem = checkpoint_problem(candidate, learners)
         if not problem:
             return candidate
-        print(f"{type(trainer).__name__}: skipping a damaged checkpoint: {problem}")
+        print(f"{name}: skipping a damaged checkpoint: {problem}")
     return None
 
 
-def load_checkpoint(trainer: Any, path: str | Path | None = None, *, strict: bool = True) -> bool:
-    """Restore the latest (or the given) checkpoint into ``trainer``; see
-    :meth:`trainers.PolicyGradientTrainer.load_checkpoint`. Every file is read before anything is replaced."""
-    path = _checkpoint_to_load(trainer, path)
-    if path is None:
-        truncate_metrics(trainer, 0, Path(trainer.config.output_dir) if trainer.config.output_dir else None)
-        return False
-    state = read_json(path / "state.json")
-    differences = trainer.checkpoint_differences(state)
-    if differences and strict:
-        raise ConfigError(
-            f"{path} was written with other settings ({'; '.join(differences)}); use a new output_dir, "
-            "or fit(resume=False) to start over there, or load_checkpoint(strict=False) to continue from it anyway"
-        )
+def load_checkpoint(path: Path, state: TrainerState, learners: Mapping[str, LearnerState], *,
+                    metrics_dir: Path) -> dict[str, Any]:
+    """Restore the checkpoint ``path`` (checked: :func:`checkpoint_to_load`) into ``state`` and the ``learners``'
+    weights and optimizers, keep the metrics of its steps in ``metrics_dir/metrics.jsonl`` and
+    ``state.history``, and return its ``state.json``. Every file is read before anything is replaced.
+
+    Raises:
+        RunError: a learner's trainable tensors are missing from the checkpoint (another model or LoRA setting).
+    """
+    saved = read_json(path / "state.json")
     loaded = {}
-    for j, learner_state in trainer._states.items():
-        where = learner_dir(path, trainer.learners, j)
+    for j, learner_state in learners.items():
+        where = learner_dir(path, list(learners), j)
         weights = torch.load(where / "trainable.pt", map_location=learner_state.device)
-        missing = set(trainer.trainable_state(j)) - set(weights)
+        missing = set(learner_state.trainable_state()) - set(weights)
         if missing:
             raise RunError(f"checkpoint {path} lacks {len(missing)} trainable tensors of {j} (e.g. "
-                               f"{sorted(missing)[0]}); was it written with the same model and LoRA settings?")
+                           f"{sorted(missing)[0]}); was it written with the same model and LoRA settings?")
         loaded[j] = (weights, torch.load(where / "optimizer.pt", map_location=learner_state.device))
-    for j, learner_state in trainer._states.items():  # every file read: only now is anything replaced
+    for j, learner_state in learners.items():  # every file read: only now is anything replaced
         weights, optimizer = loaded[j]
         learner_state.policy.model.load_state_dict(weights, strict=False)
         learner_state.optimizer.load_state_dict(optimizer)
         learner_state.mark_updated()
     torch.set_rng_state(torch.load(path / "rng.pt")["torch"])
-    trainer.step, trainer.rollouts = int(state["step"]), int(state["rollouts"])
-    truncate_metrics(trainer, trainer.step, Path(trainer.config.output_dir or path.parent))
-    note = f"; settings differ ({'; '.join(differences)})" if differences else "; same settings"
-    print(f"{type(trainer).__name__}: resumed from {path} at step {trainer.step}{note}")
-    return True
+    state.restore(saved)
+    truncate_metrics(state, state.step, metrics_dir)
+    return saved
 
 
-def truncate_metrics(trainer: Any, step: int, root: Path | None) -> None:
+def truncate_metrics(state: TrainerState, step: int, root: Path | None) -> None:
     """Keep the metrics of steps up to ``step`` (the checkpoint resumed from; 0 when none) in
-    ``root/metrics.jsonl`` and ``trainer.history``: a run stopped after its last checkpoint logs those
+    ``root/metrics.jsonl`` and ``state.history``: a run stopped after its last checkpoint logs those
     steps again, and must not list them twice."""
     if root is None:
         return
@@ -199,15 +204,16 @@ def truncate_metrics(trainer: Any, step: int, root: Path | None) -> None:
         except (json.JSONDecodeError, KeyError, TypeError):  # a line cut by a kill: dropped
             continue
     atomic_write_text(log, "".join(line + "\n" for line in kept))
-    trainer.history = [json.loads(line) for line in kept]
+    state.history = [json.loads(line) for line in kept]
 
 
-def clear_output_dir(trainer: Any, *, keep_tensorboard: bool = False) -> None:
-    """``fit(resume=False)``: remove this run's checkpoints, metrics and (unless ``keep_tensorboard``: a
-    tracker run is still open on them) TensorBoard events, and empty ``trainer.history``."""
-    if not trainer.config.output_dir or not Path(trainer.config.output_dir).is_dir():
+def clear_output_dir(output_dir: str | None, state: TrainerState, *, name: str, keep_tensorboard: bool = False) -> None:
+    """``fit(resume=False)``: remove the run's checkpoints, metrics and (unless ``keep_tensorboard``: a
+    tracker run is still open on them) TensorBoard events in ``output_dir``, and empty ``state.history``
+    (the one line saying so is prefixed with ``name``)."""
+    if not output_dir or not Path(output_dir).is_dir():
         return
-    root = Path(trainer.config.output_dir)
+    root = Path(output_dir)
     old = sorted(root.glob("checkpoint-*")) + sorted(root.glob(".tmp-checkpoint-*"))
     for p in old:
         shutil.rmtree(p, ignore_errors=True)
@@ -215,16 +221,16 @@ def clear_output_dir(trainer: Any, *, keep_tensorboard: bool = False) -> None:
     if not keep_tensorboard:
         shutil.rmtree(root / "tensorboard", ignore_errors=True)
     if old:
-        print(f"{type(trainer).__name__}: starting over in {root} (resume=False): removed {len(old)} old checkpoint(s)")
-    trainer.history = []
+        print(f"{name}: starting over in {root} (resume=False): removed {len(old)} old checkpoint(s)")
+    state.history = []
 
 
-def save_model(trainer: Any, path: str | Path) -> Path:
+def save_model(learners: Mapping[str, LearnerState], path: str | Path) -> Path:
     """Each learner's trained policy with ``save_pretrained`` (the adapter only, with LoRA) and its tokenizer,
     in ``path`` (several learners: ``path/<id>``)."""
     path = Path(path)
-    for j, state in trainer._states.items():
-        where = learner_dir(path, trainer.learners, j)
+    for j, state in learners.items():
+        where = learner_dir(path, list(learners), j)
         if state.adapter is not None:  # the shared base: this learner's adapter alone
             state.policy.save_adapter(where)
         else:

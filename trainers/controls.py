@@ -75,13 +75,14 @@ def zero_variance_share(history: Sequence[Mapping[str, Any]]) -> float | None:
 
 def with_controls(trainer: Any, task: Task, result: Any) -> Any:
     """``result`` (a trainer's :class:`trainers.EvalResult` on ``task``) with ``without_learner`` (played once per
-    task and trainer, it does not depend on the learner) and the fit's ``zero_variance_share``; with an
-    ``output_dir`` the line is appended to ``evaluations.jsonl`` there (``metrics.jsonl`` holds the steps)."""
+    task and trainer, it does not depend on the learner: kept in ``trainer.without_learner_scores``) and the fit's
+    ``zero_variance_share``; with an ``output_dir`` the line is appended to ``evaluations.jsonl`` there
+    (``metrics.jsonl`` holds the steps)."""
     import json
     from dataclasses import replace
     from pathlib import Path
 
-    cache = trainer.__dict__.setdefault("_without_learner", {})
+    cache = trainer.without_learner_scores
     key = (getattr(task, "name", ""), tuple(ex.id for ex in task))
     if key not in cache:
         cache[key] = without_learner(trainer.protocol, trainer.pool, task, trainer.learners,

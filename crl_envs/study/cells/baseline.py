@@ -12,7 +12,7 @@ import numpy as np
 
 from crl_envs.study.cells.base import Cell, CellContext, TableInputs, scores_problem
 from crl_envs.study.cells.setting import Setting
-from crl_envs.study.cells.trained import TrainerCell, build_trainer, evaluation_trainer, rates, scores
+from crl_envs.study.cells.trained import TrainerCell, scores, untrained_evaluation
 from crl_envs.study.config import StudyConfig
 
 
@@ -41,10 +41,9 @@ class BaselineCell(TrainerCell):
                 "tokens": calls * s["max_new_tokens"]}
 
     def run_trainer(self, spec: dict[str, Any], context: CellContext) -> dict[str, Any]:
-        trainer = build_trainer(spec, evaluation_trainer(), 0, None)
-        result = trainer.evaluate()
+        result, rates = untrained_evaluation(spec)  # nothing trains: no trainer is built
         return {**scores(result), "without_learner": np.asarray(result.without_learner).tolist(),
-                "rates": rates(trainer, trainer.eval_task),
+                "rates": rates,
                 "summary": f"system {result.system_accuracy:.3f}, learner alone {result.standalone_accuracy:.3f}, "
                            f"without the learner {np.mean(result.without_learner):.3f}"}
 

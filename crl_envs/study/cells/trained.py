@@ -6,7 +6,7 @@ evaluation gives. The trainers are read by what their classes declare, never by 
   (:attr:`trainers.PolicyGradientTrainer.episodes_per_question`, ``plays_system``);
 - :data:`TRAINER_OPTIONS` — a study option reaches the trainers whose config class has its field
   (``training.shapley_coalitions`` -> ``coalitions_per_question``: the Shapley-credit trainer's);
-- :func:`evaluation_trainer` — the trainer class the untrained baseline is evaluated with.
+- :func:`untrained_evaluation` — the untrained learner's evaluation (no trainer built: nothing trains).
 """
 
 from __future__ import annotations
@@ -47,12 +47,23 @@ def takes_option(name: str, key: str) -> bool:
     return TRAINER_OPTIONS[key] in {f.name for f in fields(trainers.TRAINERS[name].config_class)}
 
 
-def evaluation_trainer() -> str:
-    """The trainer the untrained baseline is evaluated with: the first of the roster that plays the system and
-    takes several learners (C-RL today). Nothing trains: any such trainer's evaluation is the same."""
-    import trainers
+def untrained_evaluation(spec: dict[str, Any]) -> tuple[Any, dict[str, float | None]]:
+    """The spec's untrained learner(s) on its held-out questions, greedy, as a trainer's ``evaluate()`` (with the
+    system without the learners) and :func:`rates` would give them, without building a trainer: the pool's own
+    models play (a trainer's untouched copies of them give the same numbers), seed 0."""
+    from dataclasses import replace
 
-    return next(name for name, cls in trainers.TRAINERS.items() if cls.plays_system and cls.multi_learner)
+    from trainers.controls import without_learner
+    from trainers.evaluation import evaluate_policy
+
+    pool = build_pool(spec["pool"])
+    held_out = build_task(spec["task"], split=spec["eval_split"], n=spec["n_eval"])
+    learners = list(spec["learners"]) if "learners" in spec else [spec["learner"]]
+    policies = {j: pool[j] for j in learners}
+    settings = dict(max_new_tokens=spec["max_new_tokens"], protocol_options=spec["options"], seed=0)
+    result = evaluate_policy(spec["protocol"], pool, held_out, policies, **settings)
+    result = replace(result, without_learner=without_learner(spec["protocol"], pool, held_out, learners, **settings))
+    return result, learner_rates(spec["protocol"], pool, held_out, policies, learners[0], **settings)
 
 
 def build_trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Path | None,
@@ -124,15 +135,25 @@ def scores(result: Any) -> dict[str, Any]:
 
 
 def rates(trainer: Any, task: Any) -> dict[str, float | None]:
-    """The learner's parse rate and, as a judge, verdict rate on ``task`` (greedy, the whole system)."""
+    """The trained learner's parse rate and, as a judge, verdict rate on ``task`` (:func:`learner_rates`)."""
+    return learner_rates(trainer.protocol, trainer.pool, task, trainer.policies, trainer.learners[0],
+                         max_new_tokens=trainer.config.max_new_tokens,
+                         protocol_options=trainer.config.protocol_options, seed=trainer.config.seed)
+
+
+def learner_rates(protocol: Any, pool: Any, task: Any, policies: dict[str, Any], learner: str, *, max_new_tokens: int,
+                  protocol_options: dict[str, Any], seed: int) -> dict[str, float | None]:
+    """``learner``'s parse rate and, as a judge, verdict rate on ``task`` (greedy, the whole system with
+    ``policies`` playing the learners)."""
+    from agents import SamplingParams
     from trainers.controls import answer_rates
     from trainers.rollout import rollout_episodes
 
-    greedy = trainer.eval_sampling
-    episodes = rollout_episodes(trainer.protocol, trainer.pool, task, trainer.policies,
-                                options=trainer.config.protocol_options, examples=[ex.id for ex in task], samples=1,
-                                seed=trainer.config.seed, learner_sampling=greedy, partner_sampling=greedy)
-    return answer_rates(episodes, trainer.learners[0])
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    episodes = rollout_episodes(protocol, pool, task, policies, options=protocol_options,
+                                examples=[ex.id for ex in task], samples=1, seed=seed,
+                                learner_sampling=greedy, partner_sampling=greedy)
+    return answer_rates(episodes, learner)
 
 
 @dataclass(frozen=True)
