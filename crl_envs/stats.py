@@ -438,27 +438,35 @@ def crossfit_halves(example_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]
 
 @dataclass(frozen=True)
 class OrderBand:
-    """A simultaneous bootstrap band for every pairwise difference of model means on one set of questions:
-    ``diff`` and ``se`` per pair (models ``i < j``, ``np.triu_indices`` order), and ``max_t`` per question
-    resample the largest ``|resampled diff - diff| / se`` over the pairs (pairs with ``se == 0`` left out).
+    """Which pairwise orders of model means one set of questions determines, with the family-wise error
+    controlled: ``diff`` and ``se`` per pair (models ``i < j``, ``np.triu_indices`` order) and ``t_star``,
+    per pair that some question separates (``se > 0``) and per question resample, ``|resampled diff - diff| / se``.
 
-    :meth:`signs` says which pairs' order the questions determine at a stated simultaneous coverage: a
-    pair is ordered when its difference is farther from 0 than the band's half-width, else undetermined
-    (0). A pair that no question separates (``se == 0``) is never ordered: the questions not drawn may."""
+    :meth:`signs` runs the step-down max-t procedure (Westfall & Young 1993; Romano & Wolf 2005): pairs by
+    decreasing ``|diff| / se``; the k-th is ordered when it exceeds the ``coverage`` quantile of the largest
+    resampled statistic among the pairs from the k-th on; the first that does not stops the walk, and it and
+    every pair after it stay undetermined (0). A pair that no question separates is never ordered (the
+    questions not drawn may separate it)."""
 
     diff: np.ndarray
     se: np.ndarray
-    max_t: np.ndarray
-
-    def critical(self, coverage: float) -> float:
-        """The band's multiplier of ``se`` at simultaneous ``coverage`` (the quantile of ``max_t``)."""
-        return float(np.quantile(self.max_t, coverage)) if self.max_t.size else math.inf
+    t_star: np.ndarray
 
     def signs(self, coverage: float) -> np.ndarray:
-        """``+1`` / ``-1`` for a pair whose order is determined at simultaneous ``coverage``, else ``0``."""
-        c = self.critical(coverage)
-        ordered = (self.se > 0) & (np.abs(self.diff) > c * self.se)
-        return np.where(ordered, np.sign(self.diff), 0.0)
+        """``+1`` / ``-1`` for each pair whose order is determined at family-wise ``coverage``, else ``0``."""
+        out = np.zeros(len(self.diff))
+        moved = np.flatnonzero(self.se > 0)
+        if moved.size == 0:
+            return out
+        t = np.abs(self.diff[moved]) / self.se[moved]
+        order = np.argsort(-t, kind="stable")
+        tail_max = np.maximum.accumulate(self.t_star[order][::-1], axis=0)[::-1]  # max over ranks >= k
+        critical = np.quantile(tail_max, coverage, axis=1)
+        passed = t[order] > critical
+        stop = int(np.argmin(passed)) if not passed.all() else len(order)
+        chosen = moved[order[:stop]]
+        out[chosen] = np.sign(self.diff[chosen])
+        return out
 
 
 def order_band(table: np.ndarray, weights: np.ndarray) -> OrderBand:
@@ -469,12 +477,10 @@ def order_band(table: np.ndarray, weights: np.ndarray) -> OrderBand:
     d = t[i] - t[j]  # (pairs, questions)
     diff = d.mean(axis=1)
     se = d.std(axis=1, ddof=1) / math.sqrt(t.shape[1]) if t.shape[1] > 1 else np.zeros(len(i))
-    moved = se > _EPS
-    if not moved.any():
-        return OrderBand(diff, np.where(moved, se, 0.0), np.zeros(0))
+    se = np.where(se > _EPS, se, 0.0)
+    moved = se > 0
     boots = np.einsum("pq,qr->pr", d[moved], weights, optimize=False)
-    max_t = (np.abs(boots - diff[moved, None]) / se[moved, None]).max(axis=0)
-    return OrderBand(diff, np.where(moved, se, 0.0), max_t)
+    return OrderBand(diff, se, np.abs(boots - diff[moved, None]) / se[moved, None])
 
 
 def tau_bounds(x_signs: Sequence[np.ndarray], y_signs: Sequence[np.ndarray]) -> list[float]:
@@ -501,8 +507,8 @@ def tau_bounds(x_signs: Sequence[np.ndarray], y_signs: Sequence[np.ndarray]) -> 
 
 
 TAU_INTERVAL = ("the Kendall tau-b values of the models' population means consistent with every pairwise order the "
-                "questions determine (simultaneous bootstrap max-t bands of the pairwise differences of model means "
-                "on each half; a pair not determined taken at its extremes): coverage at least its level by "
+                "questions determine (step-down bootstrap max-t over the pairwise differences of model means on each "
+                "half, family-wise; a pair not determined taken at its extremes): coverage at least its level by "
                 "construction, measured in benchmarks/inference_coverage.py")
 
 
