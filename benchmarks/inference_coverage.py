@@ -80,7 +80,7 @@ def simulate(individual: np.ndarray, shapley: np.ndarray, tau: float, questions:
              seed: int = 0, resamples: int = 1000, alpha: float = ALPHA, delta: float = DELTA) -> dict[str, Any]:
     """``studies`` simulated studies of ``questions`` questions at planted ``tau``: coverage of each interval,
     the rate of each verdict and the mean estimate."""
-    rng = np.random.default_rng([seed, questions, round(1000 * tau)])
+    rng = np.random.default_rng([seed, questions, round(1000 * (tau + 1))])
     orders, truth = plant(individual, shapley, tau)
     hits: dict[str, list[bool]] = {"interval": [], "percentile 90%": [], "BC 90%": []}
     verdicts, estimates, widths, undefined = [], [], [], 0
