@@ -8,16 +8,17 @@ Valuation (one setting = pool x protocol x task x seed):
   own accuracy, counted as ``v({i})``, is taken out), the **cross-fit** Kendall tau-b
   (:func:`crl_envs.stats.crossfit_tau`: individual strength on one half of the questions, compositional
   on the other, halves fixed by question id) with its exact permutation p, the smallest p these models
-  could give (``min_p_value``, ties counted), a ``1 - 2 alpha`` BCa interval from resampling questions
-  within each half (``nan_resamples`` counts the resamples where tau is undefined; no interval for an
-  undefined tau), the halves' sizes (``crossfit_questions``) and a ``verdict``
-  (:func:`crl_envs.stats.verdict`). Beside it, ``same_questions``: the tau on the same questions (the
-  paper's way of measuring, with its percentile CI; never the verdict). The setting's headline measure is
+  could give (``min_p_value``, ties counted), the ``1 - alpha`` interval of the models' population tau
+  (:data:`crl_envs.stats.TAU_INTERVAL`; ``undefined`` says why where there is none), the halves' sizes
+  (``crossfit_questions``) and a ``verdict``: all of it :meth:`ValuationReport.verdict`, the method
+  ``crl-envs value`` prints too. Beside it, ``same_questions``: the tau on the same questions (the
+  paper's way of measuring; no interval, never the verdict). The setting's headline measure is
   Shapley where computed, else LOO;
 - per (pool, family), per family and over all: the settings together: mean cross-fit tau-b, a permutation
   test of the sum of taus with **one permutation of model labels per pool**
   (:func:`crl_envs.stats.grouped_permutation_test`; exact because a question is on the same side in every
-  setting), its smallest attainable p, a BC interval of the mean tau, the settings' ``heterogeneity``
+  setting), its smallest attainable p, the ``1 - alpha`` interval of the mean population tau
+  (:func:`crl_envs.stats.pooled_tau_bounds`), the settings' ``heterogeneity``
   (:func:`crl_envs.stats.heterogeneity`) and a verdict by the same rule (``heterogeneous`` when they
   disagree), and the mean same-question tau beside it;
 - counts of each verdict (settings with a design that cannot reject are ``untestable``, never counted
@@ -37,11 +38,14 @@ Training (one setting = setup x task; every trainer with the setup's budget and 
   falls back to the vote);
 - ``strongest``: every trainer with the largest Δ (a tie lists several; no tie-break);
 - C-RL against each baseline: win / tie / loss on the mean Δ, and significant when a two-sided paired
-  t-test over seeds has p < alpha (:func:`crl_envs.stats.paired_t_test`).
+  t-test over seeds (:func:`crl_envs.stats.paired_t_test`), Holm-adjusted across the baselines
+  (:func:`crl_envs.stats.holm`), has p < alpha: conditional on the setting's evaluation questions.
 
-Summary, per baseline: the counts of wins, ties, losses and significant wins; an exact sign-flip
-permutation test across settings x seeds (:func:`crl_envs.stats.sign_flip_test`) of the paired
-differences C-RL's Δ minus the baseline's; C-RL's mean gain over the baseline's as a ratio with a
+Summary, over the comparable settings only (the others listed under ``not_comparable`` with their reason),
+per baseline: the counts of wins, ties, losses and significant wins; a t-test across settings of each
+setting's mean over seeds of C-RL's Δ minus the baseline's (the unit is the setting: its seeds share
+its questions, so a test over setting x seed units rejects far above its level), Holm-adjusted across the
+baselines (none with one comparable setting); C-RL's mean gain over the baseline's as a ratio with a
 bootstrap CI, or "undefined" with its reason (:func:`crl_envs.stats.ratio_ci`). Each trainer's mean
 gain (system and learner alone), and the largest gain with every trainer that reaches it.
 """
