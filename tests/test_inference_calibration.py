@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -208,3 +209,36 @@ def test_summaries_are_over_comparable_settings_only():
     text = training_markdown(out, TRAINERS)
     assert "Not comparable, left out of every summary: setup2 on arith (" in text
     assert "over the 2 comparable setting(s)" in text
+
+
+# ---------------------------------------------------------------------- what the report prints
+_INTERVAL = re.compile(r"([+\-\u2212]?\d+\.\d+)x?(?: \d+% CI)? \[([+\-\u2212]?\d+\.\d+), ([+\-\u2212]?\d+\.\d+)\]")
+
+
+def interval_problems(markdown: str) -> list[str]:
+    """Every printed "estimate [low, high]" that excludes its estimate or has zero width (the report must print
+    those as "undefined (why)")."""
+    num = lambda t: float(t.replace("\u2212", "-"))  # noqa: E731
+    out = []
+    for m in _INTERVAL.finditer(markdown):
+        est, lo, hi = (num(g) for g in m.groups())
+        if not lo <= est <= hi or hi <= lo:
+            out.append(m.group(0))
+    return out
+
+
+def test_interval_problems_finds_the_issues_examples():
+    assert interval_problems("LOO +0.96 [+0.98, +0.98] and +0.82 [+0.89, +0.98]; fine +0.50 [+0.10, +0.90]") == \
+        ["+0.96 [+0.98, +0.98]", "+0.82 [+0.89, +0.98]"]
+
+
+def test_training_report_prints_no_degenerate_interval():
+    """A trainer whose outcomes equal the baseline's (every Δ 0, zero-width CIs) is printed "undefined"."""
+    rng = np.random.default_rng(13)
+    baselines, runs = _shared_question_study(rng, settings=2, spread=0.05, setting_sd=0.0)
+    for key in runs:
+        for s in runs[key]["grpo"].values():
+            s["system"] = baselines[key]["system"]  # GRPO changes nothing
+    text = training_markdown(training_tables(baselines, runs, TRAINERS, resamples=50), TRAINERS)
+    assert "undefined (zero width: no resample moved it)" in text
+    assert interval_problems(text) == []
