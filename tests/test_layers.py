@@ -249,6 +249,13 @@ def test_imports_follow_the_layer_order(imports):
     assert not breaks, f"{len(breaks)} import(s) against the layer order (docs/DESIGN.md, Layers):\n" + "\n".join(breaks)
 
 
+def test_integrations_import_nothing_from_trainers(imports):
+    """The seat's credit comes from the estimators' module (#52): TRL, OpenEnv and verifiers serve the runner's
+    episodes, and do not depend on the trainers (which depend on the same runner)."""
+    edges = [str(i) for i in imports if layer_of(i.source) == "integrations" and layer_of(i.target) == "trainers"]
+    assert not edges, "integrations import trainers:\n" + "\n".join(edges)
+
+
 # ---- the reader and the checks, on a small package written here (each can fail) ----
 def write_package(root: Path, files: dict[str, str]) -> dict[str, Path]:
     for name, text in files.items():

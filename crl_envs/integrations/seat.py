@@ -38,8 +38,8 @@ from crl_envs import tasks as task_registry
 from crl_envs.protocols.base import with_speaker_stops
 from crl_envs.runner import Episode, EpisodeStepper, RequestMemo, run_episodes
 from crl_envs.tasks import Example, Task
+from crl_envs.valuation.estimators import shapley_weight
 from crl_kit.errors import ConfigError
-from trainers.baselines import shapley_weight
 
 REWARDS = ("system", "loo", "shapley")
 
