@@ -421,11 +421,12 @@ def test_every_protocol_declares_its_family_in_class_and_docstring():
     from crl_envs import protocols
 
     seen = set()
-    for name, factory in protocols.PROTOCOLS.items():
+    for name in (*protocols.PROTOCOLS, *protocols.MODEL_LEVEL_PROTOCOLS):  # the logit and weight levels too
+        factory = protocols.get(name)
         family = protocols.family(name)
         assert family in protocols.FAMILIES
         doc = inspect.getmodule(factory).__doc__
-        (stated,) = re.findall(r"^\| Family \| ([a-z ]+) \(MoCo's (?:API|text) level\) \|$", doc, re.M)
+        (stated,) = re.findall(r"^\| Family \| ([a-z ]+) \(MoCo's (?:API|text|logit|weight) level\) \|$", doc, re.M)
         assert stated == family == protocols.env_class(factory).FAMILY, name
         seen.add(family)
     assert seen == set(protocols.FAMILIES)  # every family has a protocol
