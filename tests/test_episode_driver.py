@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from servers import serving_in_thread
 
 import agents
 from agents import Agent, Generation, SamplingParams, ScriptedAgent
@@ -227,29 +228,15 @@ def test_concurrent_http_resets_do_not_stall_the_openenv_server(task):
     for the game lock another reset held) left ``/health`` silent for seconds. Now it answers throughout."""
     pytest.importorskip("openenv")
     import json
-    import socket
     import urllib.request
     from concurrent.futures import ThreadPoolExecutor
-
-    import uvicorn
 
     from crl_envs.integrations.openenv_server import create_collaboration_app
 
     slow = ScriptedAgent("slow", lambda example, messages: time.sleep(1.0) or "The answer is 5.")
     pool = agents.pool([slow, ScriptedAgent("learner", lambda e, m: "")])
     app = create_collaboration_app("relay", pool, task, "model_1", max_concurrent_envs=4)  # slow drafts, learner improves
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while not server.started:
-            assert time.monotonic() < deadline and thread.is_alive(), "the OpenEnv server did not start"
-            time.sleep(0.05)
+    with serving_in_thread(app) as url:
 
         def reset(k: int) -> dict:
             body = json.dumps({"example_id": task[k].id}).encode()
@@ -271,9 +258,6 @@ def test_concurrent_http_resets_do_not_stall_the_openenv_server(task):
                 waits.append(health())
                 time.sleep(0.05)
             observations = [r.result() for r in resets]
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
     assert all("Improve this answer" in o["observation"]["context"] and not o["done"] for o in observations)
     assert len(waits) >= 10  # the resets took seconds (the partner's turns, one at a time) ...
     assert max(waits) < 0.5, f"/health waited {max(waits):.2f} s during the resets"  # ... /health never did

@@ -12,12 +12,11 @@ library's own play (:func:`crl_envs.run_episodes` through :meth:`SeatGame.play`)
 from __future__ import annotations
 
 import logging
-import socket
-import threading
 import time
 from contextlib import contextmanager
 
 import pytest
+from servers import serving_in_thread as serving
 
 import agents
 from crl_envs import tasks
@@ -46,28 +45,6 @@ def pool():
     return agents.pool([agents.ScriptedAgent("wrong", lambda ex, msgs: wrong(ex)),
                         agents.ScriptedAgent("right", lambda ex, msgs: right(ex)),
                         agents.ScriptedAgent("seat", lambda ex, msgs: "unused")])
-
-
-@contextmanager
-def serving(app):
-    """``app`` served by uvicorn on a free localhost port (a thread); yields its URL."""
-    import uvicorn
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the OpenEnv server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")

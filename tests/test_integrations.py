@@ -11,6 +11,7 @@ import itertools
 import os
 
 import pytest
+from servers import serving_in_thread
 
 import agents
 import agents.zoo
@@ -207,28 +208,11 @@ def test_a_dict_of_factories_mixes_two_protocols_row_by_row(zoo, task, tmp_path)
 def server(zoo, task):
     """A real OpenEnv server on localhost (uvicorn in a thread) serving the learner's seat of a 2-round debate."""
     pytest.importorskip("openenv")
-    import socket
-    import threading
-    import time
-
-    import uvicorn
-
     from crl_envs.integrations.openenv_server import create_collaboration_app
 
     app = create_collaboration_app("debate", zoo, task, LEARNER, options={"rounds": 2})
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the OpenEnv server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=30)
+    with serving_in_thread(app) as url:
+        yield url
 
 
 def play_over_http(url, example_id, texts):

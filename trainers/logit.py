@@ -43,6 +43,7 @@ from crl_envs.protocols.levels import SeatEnv
 from crl_envs.runner import run_episodes
 from crl_envs.tasks import Task
 from crl_kit.errors import ConfigError
+from crl_kit.validation import check_int
 
 
 def ensemble_logprob(ensemble: LogitEnsemble, learner: int, prompt_ids: Sequence[Sequence[int]],
@@ -89,12 +90,9 @@ class LogitCRLConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("steps", "questions", "group", "max_new_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"LogitCRLConfig.{name} must be an int >= 1, got {value!r}")
-        if self.group < 2:
-            raise ConfigError(f"LogitCRLConfig.group must be >= 2 (the baseline is the group's mean), got {self.group}")
+        for name in ("steps", "questions", "max_new_tokens"):
+            check_int(f"LogitCRLConfig.{name}", getattr(self, name), minimum=1)
+        check_int("LogitCRLConfig.group", self.group, minimum=2, why="the baseline is the group's mean")
         if not self.temperature > 0 or not self.learning_rate > 0:
             raise ConfigError("LogitCRLConfig.temperature and learning_rate must be > 0")
 
