@@ -78,6 +78,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("main_job", ("crl-envs", "value", "--protocol", "debate", "--task", "arith", "--pool", "zoo", "--out",
                            "{tmp}/valuation", "--cache-dir", "{tmp}/cache", "--quiet"),
               "README's main job on a fresh machine (an empty coalition cache)"),
+    Benchmark("inference_coverage", ("python", "benchmarks/inference_coverage.py", "--studies", "200"),
+              "coverage of the tau interval and rates of the verdicts on planted truth in paper-small's tables"),
     Benchmark("study_paper_small", ("crl-envs", "study", "studies/paper-small.toml", "--out", "{tmp}/paper-small"),
               "studies/paper-small.toml from an empty output directory", timeout=4 * 3600),
 )

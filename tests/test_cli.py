@@ -229,6 +229,26 @@ def test_ci_level_reaches_the_report(capsys, tmp_path):
     assert width["0.5"] < width["0.95"]
 
 
+def test_value_prints_and_writes_the_studys_verdict(capsys, tmp_path):
+    """``crl-envs value`` reaches the study's verdict (the report's method, which the study calls too): it prints
+    it and writes it with the cross-fit statistic into its JSON, at alpha = 1 - --ci-level (one level)."""
+    from crl_envs import stats
+    from crl_envs.valuation import ValuationReport
+
+    code, out, err = run_cli(capsys, "value", "--protocol", "vote", "--pool", "scripted", "--estimator", "loo",
+                             "--n", "40", "--no-cache", "--out", str(tmp_path), "--quiet")
+    assert code == 0, err
+    written = json.loads((tmp_path / "vote_v0-arith-loo.json").read_text())
+    (measure,) = written["crossfit"]  # LOO only: no Shapley, no Shapley minus its singleton
+    v = written["crossfit"][measure]
+    assert v["verdict"] in stats.VERDICTS and v["alpha"] == pytest.approx(0.05) and v["tau_ci_level"] == 0.95
+    again = ValuationReport.from_json(tmp_path / "vote_v0-arith-loo.json").verdict(measure)
+    assert json.loads(json.dumps(again)) == v  # recomputed from the tables: the same verdict, to the digit
+    assert v["verdict"] == stats.verdict(v["kendall_tau"], v["p_value"], v["min_p_value"], v["tau_ci"],
+                                         questions=v["crossfit_questions"])
+    assert f"(p = {v['p_value']:.3f}): {v['verdict']}" in out and "95% interval" in out
+
+
 @pytest.mark.parametrize("level, shown", [("95", "got 95 (0.95 for 95%)"), ("1", "got 1"), ("x", "got 'x'")])
 def test_ci_level_outside_0_1_is_one_line(capsys, level, shown):
     with pytest.raises(SystemExit) as info:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -155,3 +156,11 @@ def test_study_verdicts_follow_from_the_committed_numbers():
                                              heterogeneous=c.get("heterogeneity", {}).get("heterogeneous", False))
     md = (DOCS / "study.md").read_text()
     assert "does not predict" not in md and "What this design can and cannot show" in md
+
+
+def test_study_md_prints_no_degenerate_interval():
+    """#53: no interval in docs/study.md excludes its estimate or has zero width unless printed undefined."""
+    sys.path.insert(0, str(DOCS.parent / "tests"))
+    from test_inference_calibration import interval_problems
+
+    assert interval_problems((DOCS / "study.md").read_text()) == []

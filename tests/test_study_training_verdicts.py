@@ -109,6 +109,16 @@ def test_sign_flip_calibrated_under_the_null():
 
 
 # ---------------------------------------------------------------------- training tables
+def holm_by_hand(p: dict) -> dict:
+    """Holm (1979) written out: the i-th smallest p times (m - i + 1), made monotone, capped at 1."""
+    order = sorted(p, key=p.get)
+    out, running = {}, 0.0
+    for i, k in enumerate(order):
+        running = max(running, min(1.0, (len(p) - i) * p[k]))
+        out[k] = running
+    return out
+
+
 Q, TRAINERS = 40, ["crl", "grpo", "loo_reward", "shapley_credit", "placebo"]
 
 
@@ -157,26 +167,32 @@ def test_training_tables_recomputed_independently():
             assert st["learner_alone"]["delta"][t]["value"] == pytest.approx(np.mean(after) - alone.mean())
         best = max(deltas[key].values())
         assert st["strongest"] == [t for t in TRAINERS if deltas[key][t] == pytest.approx(best)]
+        raw = {b: scipy_stats.ttest_rel(per_seed["crl"], per_seed[b]).pvalue for b in TRAINERS[1:]}
+        adjusted = holm_by_hand(raw)
         for b in TRAINERS[1:]:
             c = st["crl_vs"][b]
             diff = deltas[key]["crl"] - deltas[key][b]
             assert c["difference"] == pytest.approx(diff)
             assert c["outcome"] == ("win" if diff > 1e-12 else "loss" if diff < -1e-12 else "tie")
-            p = scipy_stats.ttest_rel(per_seed["crl"], per_seed[b]).pvalue
-            assert c["p_value"] == pytest.approx(p)
-            assert c["significant"] == (p < 0.05 and c["outcome"] != "tie")
+            assert c["p_value"] == pytest.approx(raw[b]) and c["p_holm"] == pytest.approx(adjusted[b])
+            assert c["significant"] == (adjusted[b] < 0.05 and c["outcome"] != "tie")
     assert out["settings"][1]["learner_alone"]["after"]["grpo"][1] == 1.0
     s = out["summary"]
     assert s["settings"] == 3 and s["seeds"] == [3]
+    assert all(st["comparable"] for st in out["settings"])
     mean = {t: np.mean([d[t] for d in deltas.values()]) for t in TRAINERS}
+    across = {b: scipy_stats.ttest_1samp([np.mean(st["crl_vs"][b]["per_seed"]) for st in out["settings"]], 0).pvalue
+              for b in TRAINERS[1:]}
     for b in TRAINERS[1:]:
         c = s["crl_vs"][b]
         outcomes = [st["crl_vs"][b]["outcome"] for st in out["settings"]]
         assert (c["wins"], c["ties"], c["losses"]) == tuple(outcomes.count(o) for o in ("win", "tie", "loss"))
         assert c["significant_wins"] == sum(st["crl_vs"][b]["significant"] and st["crl_vs"][b]["outcome"] == "win"
                                             for st in out["settings"])
-        units = [x - y for st in out["settings"] for x, y in zip(st["delta"]["crl"]["per_seed"], st["delta"][b]["per_seed"])]
-        assert c["across"]["n"] == 9 and c["across"]["p_value"] == pytest.approx(brute_force_sign_flip(units))
+        # the unit across settings is the setting (its seeds share its questions): a t over 3 setting means
+        assert c["across"]["unit"] == "setting" and c["across"]["units"] == 3
+        assert c["across"]["p_value"] == pytest.approx(across[b])
+        assert c["across"]["p_holm"] == pytest.approx(holm_by_hand(across)[b])
         assert c["ratio"]["difference"]["value"] == pytest.approx(mean["crl"] - mean[b])
         assert c["ratio"]["value"] is None or c["ratio"]["value"] == pytest.approx(mean["crl"] / mean[b])
     assert s["mean_gain"] == pytest.approx(mean)
@@ -222,7 +238,7 @@ def test_no_collapse_flag_when_the_learner_keeps_its_answers():
 def test_significant_wins_calibrated_on_planted_truth():
     """200 synthetic studies (3 settings x 3 seeds, 40 questions) where C-RL and the baseline share one
     law: significant C-RL wins per setting at most alpha/2 + noise, the across test's false wins at most
-    alpha/2; with a planted lift of +15 points the across test finds it in most studies."""
+    alpha/2; with a planted lift of +15 points the across test (over 3 setting means) finds it in over half."""
     rng = np.random.default_rng(21)
     sims, alpha = 200, 0.05
     keys = [("judge", "arith"), ("vote", "arith"), ("debate", "arith")]
@@ -232,7 +248,7 @@ def test_significant_wins_calibrated_on_planted_truth():
         c = training_tables(baselines, runs, ["crl", "grpo", "placebo"], resamples=20,
                             alpha=alpha)["summary"]["crl_vs"]["grpo"]
         sig_wins += c["significant_wins"]
-        across_wins += c["across"]["significant"] and c["across"]["statistic"] > 0
+        across_wins += c["across"]["significant"] and c["across"]["mean"] > 0
     se = np.sqrt(alpha / 2 / (3 * sims))
     assert sig_wins / (3 * sims) <= alpha / 2 + 2 * se
     assert across_wins / sims <= alpha / 2 + 2 * np.sqrt(alpha / 2 / sims)
@@ -241,8 +257,11 @@ def test_significant_wins_calibrated_on_planted_truth():
         baselines, runs = synthetic(rng, {k: {"crl": 0.3, "grpo": 0.0, "placebo": 0.0} for k in keys})
         c = training_tables(baselines, runs, ["crl", "grpo", "placebo"], resamples=20,
                             alpha=alpha)["summary"]["crl_vs"]["grpo"]
-        found += c["across"]["significant"] and c["across"]["statistic"] > 0
-    assert found / 50 >= 0.9
+        found += c["across"]["significant"] and c["across"]["mean"] > 0
+    # the unit across settings is the setting: a t over 3 setting means (df 2), Holm over 2 baselines, finds
+    # the +15 point lift in 34 of these 50 studies (the sign-flip over 9 setting x seed units said > 0.9, at a
+    # level it did not hold: tests/test_inference_calibration.py)
+    assert found / 50 >= 0.5
 
 
 # ---------------------------------------------------------------------- config

@@ -30,8 +30,9 @@ trainer, ``gates``, ``comparable`` and ``not_comparable`` (the reason), ``signal
 and verdict rates before and after)), ``training.lr_sweep`` (with ``[training.lr_rule]``: the rule, each swept
 rate's learner-alone score and the rate chosen per setting) and ``training.summary`` (``crl_vs`` per baseline,
 over the comparable settings: ``not_comparable``, ``wins``, ``ties``, ``losses``,
-``significant_wins``, the ``across`` settings x seeds test, the gain ``ratio`` with ``ci`` or why it is
-``undefined``; per-trainer ``mean_gain`` and ``mean_learner_gain``, ``largest_gain``). Fractions, not points.
+``significant_wins`` (Holm across baselines), the ``across`` test over setting means (unit: the setting), the gain
+``ratio`` with ``ci`` or why it is ``undefined``; per-trainer ``mean_gain`` and ``mean_learner_gain`` over the
+comparable settings, ``largest_gain``). Fractions, not points.
 
 Guarantees:
 

@@ -8,16 +8,17 @@ Valuation (one setting = pool x protocol x task x seed):
   own accuracy, counted as ``v({i})``, is taken out), the **cross-fit** Kendall tau-b
   (:func:`crl_envs.stats.crossfit_tau`: individual strength on one half of the questions, compositional
   on the other, halves fixed by question id) with its exact permutation p, the smallest p these models
-  could give (``min_p_value``, ties counted), a ``1 - 2 alpha`` BCa interval from resampling questions
-  within each half (``nan_resamples`` counts the resamples where tau is undefined; no interval for an
-  undefined tau), the halves' sizes (``crossfit_questions``) and a ``verdict``
-  (:func:`crl_envs.stats.verdict`). Beside it, ``same_questions``: the tau on the same questions (the
-  paper's way of measuring, with its percentile CI; never the verdict). The setting's headline measure is
+  could give (``min_p_value``, ties counted), the ``1 - alpha`` interval of the models' population tau
+  (:data:`crl_envs.stats.TAU_INTERVAL`; ``undefined`` says why where there is none), the halves' sizes
+  (``crossfit_questions``) and a ``verdict``: all of it :meth:`ValuationReport.verdict`, the method
+  ``crl-envs value`` prints too. Beside it, ``same_questions``: the tau on the same questions (the
+  paper's way of measuring; no interval, never the verdict). The setting's headline measure is
   Shapley where computed, else LOO;
 - per (pool, family), per family and over all: the settings together: mean cross-fit tau-b, a permutation
   test of the sum of taus with **one permutation of model labels per pool**
   (:func:`crl_envs.stats.grouped_permutation_test`; exact because a question is on the same side in every
-  setting), its smallest attainable p, a BC interval of the mean tau, the settings' ``heterogeneity``
+  setting), its smallest attainable p, the ``1 - alpha`` interval of the mean population tau
+  (:func:`crl_envs.stats.pooled_tau_bounds`), the settings' ``heterogeneity``
   (:func:`crl_envs.stats.heterogeneity`) and a verdict by the same rule (``heterogeneous`` when they
   disagree), and the mean same-question tau beside it;
 - counts of each verdict (settings with a design that cannot reject are ``untestable``, never counted
@@ -37,11 +38,14 @@ Training (one setting = setup x task; every trainer with the setup's budget and 
   falls back to the vote);
 - ``strongest``: every trainer with the largest Δ (a tie lists several; no tie-break);
 - C-RL against each baseline: win / tie / loss on the mean Δ, and significant when a two-sided paired
-  t-test over seeds has p < alpha (:func:`crl_envs.stats.paired_t_test`).
+  t-test over seeds (:func:`crl_envs.stats.paired_t_test`), Holm-adjusted across the baselines
+  (:func:`crl_envs.stats.holm`), has p < alpha: conditional on the setting's evaluation questions.
 
-Summary, per baseline: the counts of wins, ties, losses and significant wins; an exact sign-flip
-permutation test across settings x seeds (:func:`crl_envs.stats.sign_flip_test`) of the paired
-differences C-RL's Δ minus the baseline's; C-RL's mean gain over the baseline's as a ratio with a
+Summary, over the comparable settings only (the others listed under ``not_comparable`` with their reason),
+per baseline: the counts of wins, ties, losses and significant wins; a t-test across settings of each
+setting's mean over seeds of C-RL's Δ minus the baseline's (the unit is the setting: its seeds share
+its questions, so a test over setting x seed units rejects far above its level), Holm-adjusted across the
+baselines (none with one comparable setting); C-RL's mean gain over the baseline's as a ratio with a
 bootstrap CI, or "undefined" with its reason (:func:`crl_envs.stats.ratio_ci`). Each trainer's mean
 gain (system and learner alone), and the largest gain with every trainer that reaches it.
 """
@@ -49,7 +53,6 @@ gain (system and learner alone), and the largest gain with every trainer that re
 from __future__ import annotations
 
 import math
-import warnings
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -59,21 +62,20 @@ import numpy as np
 from crl_envs.stats import (
     DEFAULT_DELTA,
     MIN_QUESTIONS_PER_HALF,
+    TAU_INTERVAL,
     VERDICTS,
-    bca_interval,
     bootstrap_indices,
     correlation,
-    crossfit_tau,
     design,
     grouped_permutation_test,
     heterogeneity,
+    holm,
+    judge,
     paired_t_test,
     percentile_ci,
+    pooled_tau_bounds,
     ratio_ci,
     seed_question_bootstrap,
-    sign_flip_test,
-    tau_bootstrap,
-    verdict,
 )
 from crl_envs.valuation.report import ValuationReport
 
@@ -91,35 +93,10 @@ def _none(v: float) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
-def _tables(report: ValuationReport) -> dict[str, np.ndarray]:
-    """``measure -> (models, questions)`` for :data:`VALUATION_MEASURES` the report has."""
-    out = {"loo": report.loo.per_question}
-    if report.shapley is not None:
-        out["shapley"] = report.shapley.per_question
-        out["shapley_minus_singleton"] = report.shapley.per_question - report.individual.per_question / len(report.ids)
-    return {m: out[m] for m in VALUATION_MEASURES if m in out}
-
-
 SAME_QUESTIONS = ("the paper's way of measuring: individual and compositional strength on the same questions "
                   "(shared question noise raises both: copies of one model read as coupled); not the verdict")
 CROSS_FIT = ("cross-fit: individual strength on one half of the questions, compositional strength on the other "
              "(halves fixed by a hash of each question id)")
-
-
-def _judge(tau: float | None, p: float | None, min_p: float, ci: list[float] | None, alpha: float, delta: float,
-           *, questions: Sequence[int] | None = None, heterogeneous: bool = False) -> dict[str, Any]:
-    out = {"kendall_tau": _none(tau), "p_value": _none(p), "min_p_value": float(min_p),
-           "tau_ci": None if ci is None or _none(tau) is None else list(ci),
-           "verdict": verdict(tau, p, min_p, ci, alpha=alpha, delta=delta, questions=questions,
-                              heterogeneous=heterogeneous)}
-    if questions is not None and min(questions) < MIN_QUESTIONS_PER_HALF:
-        out["note"] = (f"cross-fit halves of {questions[0]} and {questions[1]} questions: fewer than "
-                       f"{MIN_QUESTIONS_PER_HALF} in a half, no verdict")
-    elif out["verdict"] == "inconclusive" and p is not None and p <= alpha and tau is not None and tau < 0:
-        out["note"] = "significant negative tau: individual strength predicts compositional strength inversely"
-    elif out["verdict"] == "inconclusive" and ci is not None and ci[1] - ci[0] <= 1e-12:
-        out["note"] = "zero-width interval: no resample moved tau, no evidence of precision"
-    return out
 
 
 def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *, delta: float = DEFAULT_DELTA,
@@ -133,7 +110,7 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
     beside it as ``same_questions`` (the paper's way of measuring, labelled, never the verdict).
 
     Args:
-        alpha: the tests' level (the tau CIs are ``1 - 2 alpha``).
+        alpha: the tests' level (the tau intervals are ``1 - alpha``: :meth:`ValuationReport.verdict`).
         delta: the equivalence margin of ``decoupled``.
         families: ``protocol label -> family label`` (default: the report's library ``family``).
         resamples: question resamples behind each tau CI.
@@ -161,13 +138,14 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
     agree = [s["loo_vs_shapley"] for s in settings if "loo_vs_shapley" in s]
     agree_taus = [a["kendall_tau"] for a in agree if a["kendall_tau"] is not None]
     summary = {
-        "alpha": alpha, "delta": delta, "tau_ci_level": 1 - 2 * alpha, "settings": len(settings),
+        "alpha": alpha, "delta": delta, "tau_ci_level": 1 - alpha, "tau_interval": TAU_INTERVAL,
+        "settings": len(settings),
         "counts": total["counts"],
         "pool_family_counts": dict(Counter(c["verdict"] for c in pool_families)),
         "test": f"two-sided exact permutation test of the cross-fit Kendall tau-b (individual strength on one half "
                 f"of the questions, compositional on the other, halves fixed by question id) at alpha = {alpha:g}; "
-                f"decoupled: the {100 * (1 - 2 * alpha):g}% BCa question-bootstrap CI of tau inside "
-                f"(-{delta:g}, +{delta:g}) with a width; untestable: the smallest attainable p exceeds alpha, or a half "
+                f"decoupled: the {100 * (1 - alpha):g}% interval of tau (the taus consistent with every pairwise "
+                f"order the questions determine) inside (-{delta:g}, +{delta:g}) with a width; untestable: the smallest attainable p exceeds alpha, or a half "
                 f"has fewer than {MIN_QUESTIONS_PER_HALF} questions; heterogeneous: pooled settings disagree "
                 f"(Cochran's Q at alpha, or taus beyond the margin on both sides)",
         "statistic": CROSS_FIT, "same_questions": total["same_questions"],
@@ -191,9 +169,8 @@ def _valuation_setting(cell: Mapping[str, Any], *, alpha: float, delta: float, f
                        resamples: int, seed: int) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, Any]]:
     """One setting's row of :func:`valuation_tables`, with per measure its cross-fit bootstrap taus and (where
     the tau is defined on big enough halves) its two halves' model means, which the pooled tests read."""
-    level = 1 - 2 * alpha
     d, labels = cell["report"], cell["labels"]
-    report = ValuationReport.from_dict(d)
+    report = ValuationReport.from_dict({**d, "bootstrap_resamples": resamples})
     keys = _keys(report.names, report.ids)
     comp = "shapley" if report.shapley is not None else "loo"
     per_model = {m: (None if report.measures.get(m) is None else
@@ -203,20 +180,15 @@ def _valuation_setting(cell: Mapping[str, Any], *, alpha: float, delta: float, f
           for m in ("individual", "loo", "shapley") if report.measures.get(m) is not None}
     x = report.individual.means
     b, tests, pr = {}, {}, {}
-    for m, table in _tables(report).items():
-        cf = crossfit_tau(report.individual.per_question, table, report.example_ids, level=level,
-                          resamples=resamples, seed=seed)
-        tests[m] = {**_judge(cf["kendall_tau"], cf["p_value"], cf["min_p_value"], cf["tau_ci"], alpha, delta,
-                             questions=cf["questions"]),
-                    "crossfit_questions": cf["questions"], "nan_resamples": cf["nan_resamples"]}
+    for m, table in report.crossfit_tables().items():
+        # the report's own verdict (crl-envs value prints the same), at this study's alpha
+        tests[m] = {k: v for k, v in report.verdict(m, alpha=alpha, delta=delta).items() if k not in ("alpha", "delta")}
+        cf = report.crossfit(m, level=1 - alpha)
         same = correlation(x, table.mean(axis=1))
-        same_ci = percentile_ci(tau_bootstrap(report.individual.per_question, table, resamples=resamples,
-                                              seed=seed), level)
-        tests[m]["same_questions"] = {"kendall_tau": _none(same.value), "p_value": _none(same.p_value),
-                                      "tau_ci": None if _none(same.value) is None else same_ci}
+        tests[m]["same_questions"] = {"kendall_tau": _none(same.value), "p_value": _none(same.p_value)}
         b[m] = cf["boots"]
         if cf["kendall_tau"] is not None and min(cf["questions"]) >= MIN_QUESTIONS_PER_HALF:
-            pr[m] = (cf["x"], cf["y"])
+            pr[m] = (cf["x"], cf["y"], cf["bands"])
     n = len(keys)
     entry = {
         "pool": labels["pool"], "family": (families or {}).get(labels["protocol"], d["family"]),
@@ -244,7 +216,7 @@ def _together(group: list[int], settings: Sequence[Mapping[str, Any]], boots: Se
     The pooled test is :func:`crl_envs.stats.grouped_permutation_test`, the one :func:`crl_envs.valuation.
     pooled_test` runs too (on the same cross-fit halves' model means: here the ones :func:`crl_envs.stats.
     crossfit_tau` already computed per setting, so the halves are not recomputed from the reports)."""
-    level = 1 - 2 * alpha
+    level = 1 - alpha
     out: dict[str, Any] = {"settings": len(group),
                            "counts": {v: sum(settings[i]["verdict"] == v for i in group) for v in VERDICTS}}
     measure = "shapley" if all(settings[i]["compositional"] == "shapley" for i in group) else "loo"
@@ -260,19 +232,18 @@ def _together(group: list[int], settings: Sequence[Mapping[str, Any]], boots: Se
     same = [t for t in same if t is not None]
     out["same_questions"] = {"mean_kendall_tau": float(np.mean(same)) if same else None, "label": SAME_QUESTIONS}
     if not informative:
-        out.update(_judge(None, None, 1.0, None, alpha, delta))
+        out.update(judge(None, None, 1.0, None, alpha=alpha, delta=delta, level=level,
+                         undefined="no setting with a defined tau on big enough halves"))
         return out
-    test = grouped_permutation_test([pairs[i][measure] for i in informative],
+    test = grouped_permutation_test([pairs[i][measure][:2] for i in informative],
                                     [settings[i]["pool"] for i in informative], draws=20000, seed=seed)
-    with warnings.catch_warnings():  # a resample where every setting's ranking is constant: NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        mean_boot = np.nanmean(np.stack([boots[i][measure] for i in informative]), axis=0)
     k = len(informative)
     het = heterogeneity(taus, [boots[i][measure] for i in informative], alpha=alpha, delta=delta)
-    ci, nan = bca_interval(test["observed"] / k, mean_boot, level)
-    out.update(_judge(test["observed"] / k, test["p_value"], test["min_p_value"], ci, alpha, delta,
-                      heterogeneous=het["heterogeneous"]))
-    out["nan_resamples"] = nan
+    # settings on the same questions share their individual half's band
+    ci = pooled_tau_bounds([pairs[i][measure][2] for i in informative],
+                           [(settings[i]["pool"], settings[i]["task"], settings[i]["seed"]) for i in informative], level)
+    out.update(judge(test["observed"] / k, test["p_value"], test["min_p_value"], ci, alpha=alpha, delta=delta,
+                     level=level, heterogeneous=het["heterogeneous"]))
     out["heterogeneity"] = het
     out["pooled"] = {"statistic": "sum of cross-fit Kendall tau-b over settings, one permutation of model labels "
                                   "per pool",
@@ -314,9 +285,11 @@ def design_paragraph(d: Mapping[str, Any]) -> str:
         text.append(f"Single settings of {', '.join(weak)} detect a true tau of {d['power_tau']:g} less than 80% of "
                     f"the time: a setting that is not coupled is weak evidence (pooling a pool's settings averages "
                     f"their question noise but keeps the pool's floor).")
-    text.append(f"'decoupled' needs the {100 * (1 - 2 * a):g}% CI of tau inside +/-{d['delta']:g}, which few models or "
-                f"few questions rarely give; its rate of false 'decoupled' is at most alpha when tau >= "
-                f"{d['delta']:g} (crl_envs.stats). The CIs resample questions with the models fixed: they speak for "
+    text.append(f"'decoupled' needs the {100 * (1 - a):g}% interval of tau inside +/-{d['delta']:g}: the taus "
+                f"consistent with every pairwise order of the models' means that the questions determine, so models "
+                f"closer than the questions can separate give a wide interval and no verdict; its rate of false "
+                f"'decoupled' when |tau| >= {d['delta']:g} is at most alpha (measured: benchmarks/"
+                f"inference_coverage.py). The intervals resample questions with the models fixed: they speak for "
                 f"these models, not for models in general.")
     return " ".join(text)
 
@@ -327,9 +300,12 @@ def design_paragraph(d: Mapping[str, Any]) -> str:
 COLLAPSE_FRACTION = 0.5
 #: Two Δs closer than this are equal (a tie): accuracies are multiples of 1/questions.
 TIE = 1e-12
-PER_SETTING_TEST = "two-sided paired t-test over seeds of C-RL's Δ minus the baseline's (seed k against seed k)"
-ACROSS_TEST = ("exact two-sided sign-flip permutation test of the mean of the paired differences C-RL's Δ minus the "
-               "baseline's, one per (setting, seed)")
+PER_SETTING_TEST = ("two-sided paired t-test over seeds of C-RL's Δ minus the baseline's (seed k against seed k), "
+                    "Holm-adjusted across the baselines; conditional on these evaluation questions (the questions are "
+                    "fixed, the seeds are the replicates: it does not say the gain holds on other questions)")
+ACROSS_TEST = ("two-sided one-sample t-test over the comparable settings of each setting's mean over seeds of C-RL's Δ "
+               "minus the baseline's (the unit is the setting: its seeds share its evaluation questions, so they are "
+               "not independent units), Holm-adjusted across the baselines")
 
 
 def _delta(values: np.ndarray, boot: np.ndarray, q_boot: np.ndarray, ci_level: float) -> dict[str, Any]:
@@ -528,13 +504,15 @@ def _crl_vs(setting: Mapping[str, Any], by_trainer: Mapping[str, Any], present: 
                     "undefined": "one seed: no test over seeds"}
         if not setting["comparable"]:
             outcome = "not comparable"
-        significant = test["p_value"] is not None and test["p_value"] < alpha and outcome in ("win", "loss")
         same = all(np.array_equal(by_trainer["crl"][s]["system"], by_trainer[b][s]["system"]) for s in seeds)
         comparisons[b] = {"difference": diff, "ci": percentile_ci(boots["crl"] - boots[b], ci_level),
                           "per_seed": [float(x - y) for x, y in zip(delta["crl"]["per_seed"], delta[b]["per_seed"])],
                           "outcome": outcome, "p_value": test["p_value"], "t": test["t"],
-                          "undefined": test["undefined"], "significant": significant,
-                          "identical_outcomes": same}
+                          "undefined": test["undefined"], "identical_outcomes": same}
+    adjusted = holm({b: c["p_value"] for b, c in comparisons.items()})
+    for b, c in comparisons.items():
+        c["p_holm"] = adjusted[b]
+        c["significant"] = adjusted[b] is not None and adjusted[b] < alpha and c["outcome"] in ("win", "loss")
     return comparisons
 
 
@@ -551,12 +529,20 @@ def _training_summary(settings: list[dict[str, Any]], boots_by_setting: list[dic
     seed_counts = sorted({len(s["seeds"]) for s in settings})
     summary["seeds"] = seed_counts
     present = [t for t in trainers if all(t in s["delta"] for s in settings)]
-    mean_gain = {t: float(np.mean([s["delta"][t]["value"] for s in settings])) for t in present}
-    mean_boot = {t: np.mean([b[t] for b in boots_by_setting], axis=0) for t in present}
-    summary["mean_gain"] = mean_gain
-    summary["mean_gain_ci"] = {t: percentile_ci(mean_boot[t], ci_level) for t in present}
-    summary["mean_learner_gain"] = {t: float(np.mean([s["learner_alone"]["delta"][t]["value"] for s in settings]))
-                                    for t in present}
+    # comparative summaries over the comparable settings only; the others listed apart with their reason
+    kept = [i for i, s in enumerate(settings) if s["comparable"]]
+    summary["summarised_over"] = "comparable settings"
+    summary["comparable_settings"] = len(kept)
+    summary["not_comparable"] = [{"protocol": s["protocol"], "task": s["task"], "reason": s["not_comparable"]}
+                                 for s in settings if not s["comparable"]]
+    comparable = [settings[i] for i in kept]
+    if comparable:
+        mean_gain = {t: float(np.mean([s["delta"][t]["value"] for s in comparable])) for t in present}
+        mean_boot = {t: np.mean([boots_by_setting[i][t] for i in kept], axis=0) for t in present}
+        summary["mean_gain"] = mean_gain
+        summary["mean_gain_ci"] = {t: percentile_ci(mean_boot[t], ci_level) for t in present}
+        summary["mean_learner_gain"] = {t: float(np.mean([s["learner_alone"]["delta"][t]["value"] for s in comparable]))
+                                        for t in present}
     summary["learner_collapse"] = [{"protocol": s["protocol"], "task": s["task"], "trainer": t,
                                     "system_delta": s["delta"][t]["value"], "learner_before": s["learner_alone"]["before"],
                                     "learner_after": float(np.mean(s["learner_alone"]["after"][t]))}
@@ -566,14 +552,18 @@ def _training_summary(settings: list[dict[str, Any]], boots_by_setting: list[dic
         notes.append(f"{seed_counts[0]} seed(s) in some setting: fewer than 3, the per-setting test over seeds has "
                      f"little power (one seed: none)")
     if "crl" in present and len(present) > 1:
-        summary["crl_vs"] = {b: _crl_vs_across(settings, b, mean_gain, mean_boot, ci_level=ci_level, alpha=alpha,
-                                               seed=seed) for b in present if b != "crl"}
-        summary["not_comparable"] = [{"protocol": s["protocol"], "task": s["task"], "reason": s["not_comparable"]}
-                                     for s in settings if not s["comparable"]]
+        summary["crl_vs"] = {b: _crl_vs_across(settings, b, summary.get("mean_gain"), mean_boot if comparable else None,
+                                               ci_level=ci_level, alpha=alpha)
+                             for b in present if b != "crl"}
+        adjusted = holm({b: c.get("across", {}).get("p_value") for b, c in summary["crl_vs"].items()})
+        for b, c in summary["crl_vs"].items():
+            if "across" in c:
+                c["across"]["p_holm"] = adjusted[b]
+                c["across"]["significant"] = adjusted[b] is not None and adjusted[b] < alpha
         summary["per_setting_test"] = PER_SETTING_TEST
         summary["across_test"] = ACROSS_TEST
-        notes.append("a per-setting win counts as significant when its paired t-test over seeds has p < alpha "
-                     "(normality assumed; no correction for the several baselines and settings)")
+        notes.append("a per-setting win counts as significant when its paired t-test over seeds has a Holm-adjusted "
+                     "p < alpha (normality assumed; conditional on the setting's evaluation questions)")
     summary["notes"] = notes
     best = max(s["delta"][t]["value"] for s in settings for t in s["delta"])
     summary["largest_gain"] = {"value": best, "by": [{"trainer": t, "protocol": s["protocol"], "task": s["task"]}
@@ -582,14 +572,19 @@ def _training_summary(settings: list[dict[str, Any]], boots_by_setting: list[dic
     return summary
 
 
-def _crl_vs_across(settings: list[dict[str, Any]], b: str, mean_gain: Mapping[str, float],
-                   mean_boot: Mapping[str, np.ndarray], *, ci_level: float, alpha: float, seed: int) -> dict[str, Any]:
-    """C-RL against baseline ``b`` over the comparable settings: counts, the sign-flip test across settings x
-    seeds and the ratio of mean gains."""
+def _crl_vs_across(settings: list[dict[str, Any]], b: str, mean_gain: Mapping[str, float] | None,
+                   mean_boot: Mapping[str, np.ndarray] | None, *, ci_level: float, alpha: float) -> dict[str, Any]:
+    """C-RL against baseline ``b`` over the comparable settings: counts, the t-test across settings over the
+    settings' mean differences (:data:`ACROSS_TEST`; Holm-adjusted by the caller) and the ratio of mean gains."""
     per = [s["crl_vs"][b] for s in settings if s["comparable"]]
-    units = [d for c in per for d in c["per_seed"]]
     if not per:  # every setting failed a gate: nothing to count or test
         return {"settings": 0, "not_comparable": len(settings)}
+    means = [float(np.mean(c["per_seed"])) for c in per]
+    if len(means) >= 2:
+        test = paired_t_test(means, [0.0] * len(means))
+    else:
+        test = {"statistic": means[0], "t": None, "df": 0, "p_value": None,
+                "undefined": "one comparable setting: no test across settings (the unit is the setting)"}
     out = {
         "not_comparable": len(settings) - len(per),
         "settings": len(per), "wins": sum(c["outcome"] == "win" for c in per),
@@ -598,9 +593,9 @@ def _crl_vs_across(settings: list[dict[str, Any]], b: str, mean_gain: Mapping[st
         "significant_losses": sum(c["significant"] and c["outcome"] == "loss" for c in per),
         "tested": sum(c["p_value"] is not None for c in per),
         "identical_outcomes": sum(c["identical_outcomes"] for c in per),
-        "across": {"test": ACROSS_TEST, **sign_flip_test(units, seed=seed)},
+        "across": {"test": ACROSS_TEST, "unit": "setting", "units": len(means), "mean": float(np.mean(means)),
+                   "t": test["t"], "df": test["df"], "p_value": test["p_value"], "undefined": test["undefined"]},
         "ratio": ratio_ci(mean_gain["crl"], mean_gain[b], mean_boot["crl"], mean_boot[b], level=ci_level,
                           names=("crl", b)),
     }
-    out["across"]["significant"] = out["across"]["p_value"] < alpha
     return out

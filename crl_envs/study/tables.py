@@ -15,8 +15,23 @@ def _pts(v: Any) -> str:
     return "n/a" if v is None else f"{100 * v:+.1f}"
 
 
-def _ci(ci: Any) -> str:
-    return "n/a" if ci is None else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
+def interval(ci: Any, estimate: Any, fmt: Any, *, undefined: str | None = None,
+             zero_width: str = "zero width: no resample moved it") -> str:
+    """An interval as the report prints it, or "undefined (why)": no interval, one that excludes its own
+    estimate, or one of zero width is never printed as numbers (the one place this rule lives)."""
+    if ci is None:
+        return f"undefined ({undefined or 'no interval'})"
+    if estimate is not None and not ci[0] - 1e-9 <= estimate <= ci[1] + 1e-9:
+        return "undefined (the interval excludes its own estimate)"
+    if ci[1] - ci[0] <= 1e-12:
+        return f"undefined ({zero_width})"
+    return f"[{fmt(ci[0])}, {fmt(ci[1])}]"
+
+
+def _ci(entry: Mapping[str, Any]) -> str:
+    """A tau's interval (:func:`crl_envs.stats.crossfit_tau`); zero width there means every pair was ordered."""
+    return interval(entry.get("tau_ci"), entry.get("kendall_tau"), lambda v: f"{v:+.2f}",
+                    undefined=entry.get("undefined"), zero_width="every pair's order determined: tau is exact")
 
 
 def _counts(c: Mapping[str, int]) -> str:
@@ -52,11 +67,11 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
               "|---|---|---|---|---|---|"]
     for c in pf:
         lines.append(f"| {c['pool']} | {c['family']} | {c['settings']} | {_f(c['kendall_tau'], '+.2f')} "
-                     f"{_ci(c['tau_ci'])} | {_f(c['p_value'], '.3g')} ({c['min_p_value']:.3g}) | **{c['verdict']}** |")
+                     f"{_ci(c)} | {_f(c['p_value'], '.3g')} ({c['min_p_value']:.3g}) | **{c['verdict']}** |")
     lines += ["", f"| family | settings | mean tau-b [{pct} CI] | pooled p (min p) | verdict | settings' verdicts |",
               "|---|---|---|---|---|---|"]
     for fam, c in s["families"].items():
-        lines.append(f"| {fam} | {c['settings']} | {_f(c['kendall_tau'], '+.2f')} {_ci(c['tau_ci'])} | "
+        lines.append(f"| {fam} | {c['settings']} | {_f(c['kendall_tau'], '+.2f')} {_ci(c)} | "
                      f"{_f(c['p_value'], '.3g')} ({c['min_p_value']:.3g}) | {c['verdict']} | {_counts(c['counts'])} |")
     a = s.get("loo_vs_shapley")
     if a:
@@ -72,8 +87,8 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
                            for m in st["models"])
         ms = st["measures"]
         sh = ms.get("shapley")
-        taus = (f"{_f(sh['kendall_tau'], '+.2f')} {_ci(sh['tau_ci'])}" if sh else "n/a",
-                f"{_f(ms['loo']['kendall_tau'], '+.2f')} {_ci(ms['loo']['tau_ci'])}",
+        taus = (f"{_f(sh['kendall_tau'], '+.2f')} {_ci(sh)}" if sh else "n/a",
+                f"{_f(ms['loo']['kendall_tau'], '+.2f')} {_ci(ms['loo'])}",
                 _f(ms["shapley_minus_singleton"]["kendall_tau"], "+.2f") if "shapley_minus_singleton" in ms else "n/a")
         lines.append(f"| {st['pool']} | {st['protocol']} ({st['family']}) | {st['task']} | {st['n']} | "
                      f"{st['system']:.3f} | {models} | {' | '.join(taus)} | {_f(st['p_value'], '.3g')} "
@@ -82,8 +97,8 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ci_pts(ci: Any) -> str:
-    return "no CI" if ci is None else f"[{_pts(ci[0])}, {_pts(ci[1])}]"
+def _ci_pts(ci: Any, estimate: Any) -> str:
+    return interval(ci, estimate, _pts)
 
 
 def _p(p: Any) -> str:
@@ -105,27 +120,34 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
                          for k, c in sweep["settings"].items()) + ".")
         lines.append("")
     seeds = "/".join(str(n) for n in s.get("seeds", []))
+    comparable = s.get("comparable_settings", s["settings"])
     if "crl_vs" in s:
-        lines += [f"**C-RL against each baseline** over {s['settings']} settings (setup x task), {seeds} seed(s) each, "
-                  f"every trainer with the setup's budget and learning rate. A win is a larger mean Δ system accuracy; "
-                  f"equal Δs are ties; *significant*: {s['per_setting_test']}, p < {s['alpha']:g}. Across: "
-                  f"{s['across_test']}.", "",
+        lines += [f"**C-RL against each baseline** over the {comparable} comparable of {s['settings']} settings "
+                  f"(setup x task), {seeds} seed(s) each, every trainer with the setup's budget and learning rate. A win "
+                  f"is a larger mean Δ system accuracy; equal Δs are ties; *significant*: {s['per_setting_test']}, "
+                  f"p < {s['alpha']:g}. Across: {s['across_test']}.", "",
                   "| baseline | wins / ties / losses | significant wins / losses | identical outcomes | "
-                  "across settings x seeds: mean C-RL - baseline, p (min p) | C-RL / baseline mean gain |",
+                  "across settings: mean C-RL - baseline, p (Holm) | C-RL / baseline mean gain |",
                   "|---|---|---|---|---|---|"]
         for b, c in s["crl_vs"].items():
             if not c["settings"]:
                 lines.append(f"| {b} | not comparable in any of {c['not_comparable']} settings (gates below) | | | | |")
                 continue
             a, r = c["across"], c["ratio"]
-            ratio = f"{r['value']:.2f}x {pct}% CI [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if r["value"] is not None \
-                else f"difference {_pts(r['difference']['value'])} points {_ci_pts(r['difference']['ci'])} " \
-                     f"(no ratio: {r['undefined']})"
+            ratio = (f"{r['value']:.2f}x {pct}% CI {interval(r['ci'], r['value'], lambda v: f'{v:.2f}')}"
+                     if r["value"] is not None else
+                     f"difference {_pts(r['difference']['value'])} points "
+                     f"{_ci_pts(r['difference']['ci'], r['difference']['value'])} (no ratio: {r['undefined']})")
+            test = (f"p = {_p(a['p_value'])} (Holm {_p(a.get('p_holm'))}){' significant' if a.get('significant') else ''}"
+                    if a["p_value"] is not None else f"no test: {a['undefined']}")
             lines.append(f"| {b} | {c['wins']} / {c['ties']} / {c['losses']} of {c['settings']} | "
                          f"{c['significant_wins']} / {c['significant_losses']} ({c['tested']} tested) | "
-                         f"{c['identical_outcomes']} | {_pts(a['statistic'])} points over {a['n']}, "
-                         f"p = {_p(a['p_value'])} ({_p(a['min_p_value'])}){' significant' if a['significant'] else ''} | "
+                         f"{c['identical_outcomes']} | {_pts(a['mean'])} points over {a['units']} setting(s), {test} | "
                          f"{ratio} |")
+        lines.append("")
+    for nc in s.get("not_comparable", []):
+        lines.append(f"Not comparable, left out of every summary: {nc['protocol']} on {nc['task']} ({nc['reason']}).")
+    if s.get("not_comparable"):
         lines.append("")
     lines += _gates_markdown(tables["settings"], trainers)
     for f in s.get("learner_collapse", []):
@@ -133,10 +155,10 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
                      f"the system gains {_pts(f['system_delta'])} points while the learner alone falls "
                      f"{f['learner_before']:.3f} -> {f['learner_after']:.3f}: the gain is not the learner answering "
                      f"better (rule: {s['collapse_rule']}).")
-    gains = ", ".join(f"{t} {_pts(s['mean_gain'][t])} {_ci_pts(s['mean_gain_ci'][t])}"
+    gains = ", ".join(f"{t} {_pts(s['mean_gain'][t])} {_ci_pts(s['mean_gain_ci'][t], s['mean_gain'][t])}"
                       for t in trainers if t in s.get("mean_gain", {}))
     if gains:
-        lines.append(f"Mean Δ system accuracy over settings, points [{pct}% CI]: {gains}.")
+        lines.append(f"Mean Δ system accuracy over the {comparable} comparable setting(s), points [{pct}% CI]: {gains}.")
         lines.append("Mean Δ of the learner's own accuracy, points: " + ", ".join(
             f"{t} {_pts(s['mean_learner_gain'][t])}" for t in trainers if t in s["mean_learner_gain"]) + ".")
     if "largest_gain" in s:
@@ -164,8 +186,8 @@ def _trainer_rows(settings: list[Mapping[str, Any]], trainers: list[str], pct: i
                 continue
             la = st["learner_alone"]
             ld = la["delta"][t]
-            per = " ".join(f"{_pts(x)} {_ci_pts(ci)}" for x, ci in zip(d["per_seed"], d["per_seed_ci"]))
-            lper = " ".join(f"{_pts(x)} {_ci_pts(ci)}" for x, ci in zip(ld["per_seed"], ld["per_seed_ci"]))
+            per = " ".join(f"{_pts(x)} {_ci_pts(ci, x)}" for x, ci in zip(d["per_seed"], d["per_seed_ci"]))
+            lper = " ".join(f"{_pts(x)} {_ci_pts(ci, x)}" for x, ci in zip(ld["per_seed"], ld["per_seed_ci"]))
             after = "/".join(f"{x:.3f}" for x in la["after"][t])
             vs = st.get("crl_vs", {}).get(t)
             versus = "" if vs is None else f"{vs['outcome']}: {_pts(vs['difference'])} (p {_p(vs['p_value'])})" + \
@@ -173,12 +195,12 @@ def _trainer_rows(settings: list[Mapping[str, Any]], trainers: list[str], pct: i
             name = t + (" **collapse**" if t in st["learner_collapse"] else "") + \
                 (" (strongest" + (", tie)" if st["tie"] else ")") if t in st["strongest"] else "")
             placebo = st.get("vs_placebo", {}).get(t)
-            vp = "" if placebo is None else f"{_pts(placebo['difference'])} {_ci_pts(placebo['ci'])}"
+            vp = "" if placebo is None else f"{_pts(placebo['difference'])} {_ci_pts(placebo['ci'], placebo['difference'])}"
             wl = st.get("delta_vs_without_learner", {}).get(t)
-            vw = "" if wl is None else f"{_pts(wl['value'])} {_ci_pts(wl['ci'])}"
+            vw = "" if wl is None else f"{_pts(wl['value'])} {_ci_pts(wl['ci'], wl['value'])}"
             zero = st.get("signals", {}).get("zero_variance", {}).get(t)
-            lines.append(f"| {st['protocol']} | {st['task']} | {budget} | {name} | {_pts(d['value'])} {_ci_pts(d['ci'])} | "
-                         f"{per} | {la['before']:.3f} -> {after} | {_pts(ld['value'])} {_ci_pts(ld['ci'])} | {lper} | "
+            lines.append(f"| {st['protocol']} | {st['task']} | {budget} | {name} | {_pts(d['value'])} {_ci_pts(d['ci'], d['value'])} | "
+                         f"{per} | {la['before']:.3f} -> {after} | {_pts(ld['value'])} {_ci_pts(ld['ci'], ld['value'])} | {lper} | "
                          f"{versus} | {vp} | {vw} | {'' if zero is None else f'{zero:.0%}'} |")
     return lines
 
@@ -225,10 +247,10 @@ def _several_markdown(settings: list[Mapping[str, Any]], trainers: list[str], pc
                 d = st["delta"][t]
                 for j, la in st["learners_alone"].items():
                     ld = la["delta"][t]
-                    lper = " ".join(f"{_pts(x)} {_ci_pts(ci)}" for x, ci in zip(ld["per_seed"], ld["per_seed_ci"]))
+                    lper = " ".join(f"{_pts(x)} {_ci_pts(ci, x)}" for x, ci in zip(ld["per_seed"], ld["per_seed_ci"]))
                     after = "/".join(f"{x:.3f}" for x in la["after"][t])
-                    lines.append(f"| {st['protocol']} | {st['task']} | {t} | {_pts(d['value'])} {_ci_pts(d['ci'])} | "
-                                 f"{j} | {la['before']:.3f} -> {after} | {_pts(ld['value'])} {_ci_pts(ld['ci'])} | "
+                    lines.append(f"| {st['protocol']} | {st['task']} | {t} | {_pts(d['value'])} {_ci_pts(d['ci'], d['value'])} | "
+                                 f"{j} | {la['before']:.3f} -> {after} | {_pts(ld['value'])} {_ci_pts(ld['ci'], ld['value'])} | "
                                  f"{lper} |")
     cross = [st for st in settings if st.get("crossplay")]
     if cross:
@@ -246,7 +268,7 @@ def _several_markdown(settings: list[Mapping[str, Any]], trainers: list[str], pc
                     continue
                 per = ", ".join(f"{j} {_pts(g)}" for j, g in c["learners"].items())
                 lines.append(f"| {st['protocol']} | {st['task']} | {t} | "
-                             + " | ".join(f"{_pts(c[k]['value'])} {_ci_pts(c[k]['ci'])}"
+                             + " | ".join(f"{_pts(c[k]['value'])} {_ci_pts(c[k]['ci'], c[k]['value'])}"
                                           for k in ("trained_with_gain", "unseen_gain", "gap"))
                              + f" | {per} | {c['unseen_settings']} | {len(c['seeds'])} |")
     return lines

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 
 # the statistics live in crl_envs.stats; their names stay importable from here
 from crl_envs.stats import (  # noqa: F401
+    DEFAULT_DELTA,
     EXACT_PERMUTATION_LIMIT,
     STATISTICS,
     Correlation,
@@ -30,6 +32,7 @@ from crl_envs.stats import (  # noqa: F401
     check_ci_options,
     correlation,
     crossfit_tau,
+    judge,
     kendall_tau_b,
     min_p_value,
     permutation_null,
@@ -42,7 +45,8 @@ from crl_kit.errors import ConfigError
 
 COMPOSITIONAL = ("loo", "shapley", "banzhaf")
 MEASURES = ("individual", *COMPOSITIONAL)
-LABELS = {"individual": "individual", "loo": "LOO", "shapley": "Shapley", "banzhaf": "Banzhaf"}
+LABELS = {"individual": "individual", "loo": "LOO", "shapley": "Shapley", "banzhaf": "Banzhaf",
+          "shapley_minus_singleton": "Shapley - individual/n"}
 
 # ---------------------------------------------------------------------- measures
 @dataclass(eq=False)
@@ -58,8 +62,25 @@ class Measure(Mapping[str, float]):
     name: str
     ids: list[str]
     per_question: np.ndarray
-    ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     draws: np.ndarray | None = None
+    _ci: dict[str, tuple[float, float]] | None = field(default=None, init=False, repr=False)
+    _fill: Callable[[], None] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def ci(self) -> dict[str, tuple[float, float]]:
+        """``agent_id -> (low, high)``, bootstrapped when first asked (by the report that holds the measure,
+        with its other measures on the same resamples; alone: 95%, 2,000 resamples, seed 0)."""
+        if self._ci is None:
+            if self._fill is not None:
+                self._fill()
+            else:
+                cis = bootstrap_cis({"m": self.per_question}, draws={"m": self.draws})["m"]
+                self._ci = {a: (float(lo), float(hi)) for a, (lo, hi) in zip(self.ids, cis)}
+        return self._ci
+
+    @ci.setter
+    def ci(self, value: dict[str, tuple[float, float]]) -> None:
+        self._ci = value
 
     @property
     def means(self) -> np.ndarray:
@@ -126,18 +147,20 @@ class ValuationReport:
     budget: int | None = None
     ci_level: float = 0.95
     bootstrap_resamples: int = 2000
-    correlation: dict[str, dict[str, Correlation]] = field(default_factory=dict)
     coalition_costs: CoalitionCosts | None = None
     cost: Measure | None = None
     tradeoff: Measure | None = None
     cost_lambda: float | None = None
     interactions: Interactions | None = None
+    _crossfits: dict[tuple, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        """Nothing is computed here: CIs, correlations and cross-fits are computed when first asked, then kept."""
         self.system = np.asarray(self.system, float)
-        self._fill_cis()
-        self._fill_correlations()
-        self._fill_cost_cis()
+        for m in self.measures.values():
+            m._fill = self._fill_cis
+        for m in self.cost_measures.values():
+            m._fill = self._fill_cost_cis
 
     # ------------------------------------------------------------------ derived
     @property
@@ -219,12 +242,61 @@ class ValuationReport:
                 line(["-" * w for w in widths]), *(line(r) for r in rows)]
         return "\n".join(out)
 
-    def _fill_correlations(self) -> None:
+    @cached_property
+    def correlation(self) -> dict[str, dict[str, Correlation]]:
+        """``measure -> {"kendall", "spearman"}``: each compositional measure's rank correlation with individual
+        strength on the same questions (the paper's way of measuring; never the verdict: :meth:`verdict`)."""
         x = self.individual.means
-        self.correlation = {
-            k: {s: correlation(x, m.means, s) for s in STATISTICS}
-            for k, m in self.measures.items() if k != "individual"
-        }
+        return {k: {s: correlation(x, m.means, s) for s in STATISTICS}
+                for k, m in self.measures.items() if k != "individual"}
+
+    # ------------------------------------------------------------------ cross-fit and verdict
+    def crossfit_tables(self) -> dict[str, np.ndarray]:
+        """``measure -> (models, questions)`` of the compositional measures the cross-fit correlates with
+        individual strength, headline first: Shapley, LOO, and Shapley minus its singleton term
+        (``Shapley_i - individual_i / n``: what is left once the model's own accuracy, ``v({i}) / n``, is out)."""
+        out = {}
+        if self.shapley is not None:
+            out["shapley"] = self.shapley.per_question
+        out["loo"] = self.loo.per_question
+        if self.shapley is not None:
+            out["shapley_minus_singleton"] = self.shapley.per_question - self.individual.per_question / len(self.ids)
+        return out
+
+    def crossfit(self, measure: str | None = None, *, level: float | None = None) -> dict[str, Any]:
+        """The cross-fit Kendall tau-b of ``measure`` (default: the headline, Shapley where computed, else LOO)
+        against individual strength (:func:`crl_envs.stats.crossfit_tau`) with its ``level`` interval (default
+        the report's ``ci_level``): computed when first asked, then kept.
+
+        Raises:
+            ValueError: a measure this report has no table for.
+        """
+        tables = self.crossfit_tables()
+        measure = measure or next(iter(tables))
+        if measure not in tables:
+            raise ConfigError(f"no cross-fit for {measure!r}: this report has {list(tables)}")
+        level = self.ci_level if level is None else level
+        key = (measure, level)
+        if key not in self._crossfits:
+            self._crossfits[key] = crossfit_tau(self.individual.per_question, tables[measure], self.example_ids,
+                                                level=level, resamples=self.bootstrap_resamples, seed=self.seed)
+        return self._crossfits[key]
+
+    def verdict(self, measure: str | None = None, *, alpha: float | None = None,
+                delta: float = DEFAULT_DELTA) -> dict[str, Any]:
+        """Does individual strength predict ``measure``? The verdict of :func:`crl_envs.stats.verdict` on the
+        cross-fit tau, as :func:`crl_envs.stats.judge` writes it (the study's verdict: the same function).
+        One level: the tests at ``alpha`` (default ``1 - ci_level``), the interval of tau at ``1 - alpha``."""
+        alpha = round(1 - self.ci_level, 12) if alpha is None else alpha
+        cf = self.crossfit(measure, level=1 - alpha)
+        return {**judge(cf["kendall_tau"], cf["p_value"], cf["min_p_value"], cf["tau_ci"], alpha=alpha, delta=delta,
+                        level=1 - alpha, questions=cf["questions"], undefined=cf["undefined"]),
+                "alpha": alpha, "delta": delta, "crossfit_questions": cf["questions"],
+                "nan_resamples": cf["nan_resamples"]}
+
+    def verdicts(self, *, alpha: float | None = None, delta: float = DEFAULT_DELTA) -> dict[str, dict[str, Any]]:
+        """:meth:`verdict` for every measure of :meth:`crossfit_tables`, headline first."""
+        return {m: self.verdict(m, alpha=alpha, delta=delta) for m in self.crossfit_tables()}
 
     # ------------------------------------------------------------------ output
     def to_dict(self) -> dict[str, Any]:
@@ -250,6 +322,7 @@ class ValuationReport:
                         "min_p_value": c.min_p_value} for s, c in d.items()}
                 for k, d in self.correlation.items()
             },
+            "crossfit": self.verdicts(),  # the verdict per measure (recomputed on read, like the CIs)
             **self._cost_dict(),
         }
 
@@ -356,22 +429,22 @@ class ValuationReport:
         return "\n".join(out)
 
     def _crossfit_lines(self) -> list[str]:
-        """The cross-fit correlations (:func:`crl_envs.stats.crossfit_tau`): individual strength on one half
-        of the questions, each compositional measure on the other (what the study's verdicts use)."""
-        pct = round(self.ci_level * 100)
+        """The cross-fit verdicts (:meth:`verdict`): individual strength on one half of the questions, each
+        compositional measure on the other (what the study's verdicts use)."""
         lines = []
-        for k, m in self.measures.items():
-            if k == "individual":
-                continue
-            cf = crossfit_tau(self.individual.per_question, m.per_question, self.example_ids, level=self.ci_level,
-                              resamples=self.bootstrap_resamples, seed=self.seed)
+        for k, v in self.verdicts().items():
             if not lines:
-                lines.append(f"rank correlation with individual strength, cross-fit (individual on {cf['questions'][0]} "
-                             f"questions, compositional on the other {cf['questions'][1]}; exact permutation p):")
-            ci = "" if cf["tau_ci"] is None else f", {pct}% BCa CI [{cf['tau_ci'][0]:+.3f}, {cf['tau_ci'][1]:+.3f}]"
-            nan = f", {cf['nan_resamples']} of {cf['resamples']} resamples undefined" if cf["nan_resamples"] else ""
-            lines.append(f"  {LABELS[k]:8s} Kendall tau-b {_fmt(cf['kendall_tau'])} "
-                         f"(p = {_fmt(cf['p_value'], '.3f')}){ci}{nan}")
+                q = v["crossfit_questions"]
+                lines.append(f"does individual strength predict compositional strength? cross-fit Kendall tau-b "
+                             f"(individual on {q[0]} questions, compositional on the other {q[1]}; exact permutation "
+                             f"p; tests at alpha = {v['alpha']:g}, decoupled: the {v['tau_ci_level']:.0%} interval "
+                             f"of tau inside +/-{v['delta']:g}):")
+            ci = (f"undefined ({v['undefined']})" if v["tau_ci"] is None else
+                  f"[{v['tau_ci'][0]:+.3f}, {v['tau_ci'][1]:+.3f}]")
+            note = f"; {v['note']}" if v.get("note") else ""
+            lines.append(f"  {LABELS.get(k, k.replace('_', ' ')):8s} tau-b {_fmt(v['kendall_tau'])} "
+                         f"{v['tau_ci_level']:.0%} interval {ci} (p = {_fmt(v['p_value'], '.3f')}): "
+                         f"{v['verdict']}{note}")
         return lines
 
     def _cached_note(self) -> str:
