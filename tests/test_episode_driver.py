@@ -221,11 +221,16 @@ def test_seat_reward_refuses_mismatched_completions_and_environments(task):
 
 
 # ---------------------------------------------------------------------- the OpenEnv server stays responsive
+PARTNER_TURN_S = 2.0
+
+
 @pytest.mark.slow
 def test_concurrent_http_resets_do_not_stall_the_openenv_server(task):
-    """#57 finding 1: three concurrent ``POST /reset`` whose partner takes 1 s per turn. OpenEnv closes each
+    """#57 finding 1: three concurrent ``POST /reset`` whose partner takes 2 s per turn. OpenEnv closes each
     reset's throw-away environment on its event loop; a seat that joined a worker thread there (which waited
-    for the game lock another reset held) left ``/health`` silent for seconds. Now it answers throughout."""
+    for the game lock another reset held) left ``/health`` silent for at least one partner turn (4 s in the
+    finding). Now it answers throughout. The bound is half a partner turn, not a latency target: on a loaded
+    2-core CI machine a healthy ``/health`` has taken 0.7 s, a stalled one cannot take under 2 s."""
     pytest.importorskip("openenv")
     import json
     import urllib.request
@@ -233,7 +238,7 @@ def test_concurrent_http_resets_do_not_stall_the_openenv_server(task):
 
     from crl_envs.integrations.openenv_server import create_collaboration_app
 
-    slow = ScriptedAgent("slow", lambda example, messages: time.sleep(1.0) or "The answer is 5.")
+    slow = ScriptedAgent("slow", lambda example, messages: time.sleep(PARTNER_TURN_S) or "The answer is 5.")
     pool = agents.pool([slow, ScriptedAgent("learner", lambda e, m: "")])
     app = create_collaboration_app("relay", pool, task, "model_1", max_concurrent_envs=4)  # slow drafts, learner improves
     with serving_in_thread(app) as url:
@@ -260,4 +265,4 @@ def test_concurrent_http_resets_do_not_stall_the_openenv_server(task):
             observations = [r.result() for r in resets]
     assert all("Improve this answer" in o["observation"]["context"] and not o["done"] for o in observations)
     assert len(waits) >= 10  # the resets took seconds (the partner's turns, one at a time) ...
-    assert max(waits) < 0.5, f"/health waited {max(waits):.2f} s during the resets"  # ... /health never did
+    assert max(waits) < PARTNER_TURN_S / 2, f"/health waited {max(waits):.2f} s during the resets"  # ... /health never did
