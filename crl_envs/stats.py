@@ -9,7 +9,7 @@ share its models, so they are permuted together); percentile bootstrap CIs over 
 interval (:func:`crossfit_tau`: the taus consistent with the pairwise orders the questions determine,
 :func:`tau_bounds`); the verdict entry both the study and a valuation report print (:func:`judge`); the heterogeneity of pooled settings
 (:func:`heterogeneity`); the design's power
-(:func:`power_at_tau`); and the valuation verdicts (:func:`verdict`).
+(:func:`verdict_power`: the verdict itself run on planted settings); and the valuation verdicts (:func:`verdict`).
 
 Valuation verdicts, per setting (or per group of settings, e.g. a pool x method family), from the
 **cross-fit** tau (:func:`crossfit_tau`: individual strength on one half of the questions, compositional
@@ -775,39 +775,167 @@ def verdict(tau: float | None, p_value: float | None, min_p: float, ci: Sequence
     return "inconclusive"
 
 
-@functools.lru_cache(maxsize=128)
-def power_at_tau(n: int, tau: float = 0.5, alpha: float = 0.05, sims: int = 4000, seed: int = 0) -> float:
-    """The probability that the exact two-sided Kendall test rejects at ``alpha`` with a positive tau with ``n`` models whose
-    (individual, compositional) strengths are drawn from a Gaussian copula of population Kendall tau
-    ``tau`` (Pearson ``sin(pi tau / 2)``), measured without noise: the design's power, simulated
-    (``sims`` draws, cached per argument). 0.0 when ``min_p_value(n) > alpha``.
+# --- the design's power ---
+@dataclass(frozen=True)
+class PlantedPool:
+    """A pool shape :func:`verdict_power` plants: the models' accuracies alone spread over ``individual``
+    (lowest, highest), their mean compositional values (Shapley per question) over ``compositional``, and
+    ``noise``, the SD of one question's compositional value around its model's mean."""
+
+    individual: tuple[float, float]
+    compositional: tuple[float, float]
+    noise: float
+
+
+#: The spacings the design's power is stated for, measured in paper-small's own cells
+#: (``tests/data/inference_tables.json``): ``graded`` as zoo4-ladder under vote (accuracies 0.05 .. 0.86,
+#: Shapley -0.045 .. +0.31, 0.17 per question), ``close`` as zoo4-specialists under cascade (accuracies
+#: 0.42 .. 0.62, Shapley +0.032 .. +0.084, 0.14 per question).
+PLANTED_POOLS = {"graded": PlantedPool((0.05, 0.86), (-0.045, 0.31), 0.17),
+                 "close": PlantedPool((0.42, 0.62), (0.032, 0.084), 0.14)}
+#: The population tau at which each verdict's power is stated: "coupled" at 0.5, "decoupled" at 0.
+POWER_TAUS = {"coupled": 0.5, "decoupled": 0.0}
+#: Simulated settings behind one power figure (Monte Carlo SE at most 0.035).
+POWER_SIMS = 200
+#: Interval resamples when only "coupled" is counted: :func:`verdict` calls a setting coupled before it reads
+#: the interval, and the tau and its exact p do not depend on the resamples, so the count is the same.
+_COUPLED_RESAMPLES = 20
+PLANTING = ("per simulated setting, the models' (individual, compositional) strengths drawn from a Gaussian copula "
+            "with the population Kendall tau (the pool a sample of models: its own tau varies around it), mapped "
+            "onto the spacing's ranges; each question's individual score a coin with the model's accuracy, its "
+            "compositional value the model's mean plus Gaussian noise, independent across models and questions; "
+            "fresh question ids (a fresh cross-fit split); the study's verdict (crossfit_tau, judge) on them")
+
+
+@dataclass(frozen=True)
+class Power:
+    """The share of simulated settings given a verdict, with its Monte Carlo SE (``sqrt(p (1 - p) / sims)``);
+    ``undefined`` says why a design can never give the verdict (then ``value`` is 0 and nothing was simulated)."""
+
+    value: float
+    se: float
+    sims: int
+    undefined: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.value:.2f} ± {self.se:.2f}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "se": self.se, "sims": self.sims, "undefined": self.undefined}
+
+
+def verdict_power(n: int, questions: int, *, verdict: str = "coupled", tau: float | None = None, alpha: float = 0.05,
+                  delta: float = DEFAULT_DELTA, planted: str = "graded", sims: int = POWER_SIMS,
+                  resamples: int = 2000, seed: int = 0) -> Power:
+    """How often a setting of ``n`` models on ``questions`` questions gets ``verdict`` when the population
+    tau is ``tau`` (default :data:`POWER_TAUS`): the study's own verdict run on ``sims`` planted settings
+    (:data:`PLANTING`, spacing :data:`PLANTED_POOLS` ``[planted]``; ``resamples`` as the study's interval
+    uses). Deterministic under ``seed``; cached per argument in this process and on disk
+    (``$CRL_ENVS_CACHE/power``, keyed by the arguments and this module's source, checked on read).
+
+    Example:
+        >>> verdict_power(4, 200)   # 4 models: the smallest p is 1/12, never below alpha = 0.05
+        Power(value=0.0, se=0.0, sims=0, undefined='untestable: 4 models never give p <= 0.05 (smallest p 0.0833)')
 
     Raises:
-        ValueError: ``n < 2`` or ``tau`` outside [-1, 1].
+        ValueError: ``n < 2``, ``questions < 1``, an unknown verdict or spacing, ``tau`` outside [-1, 1],
+            ``alpha`` or ``delta`` outside (0, 1), or ``sims`` / ``resamples`` below 1.
     """
-    if n < 2 or not -1 <= tau <= 1:
-        raise ConfigError(f"power_at_tau needs n >= 2 and tau in [-1, 1], got n={n}, tau={tau}")
+    if verdict not in POWER_TAUS:
+        raise ConfigError(f"verdict_power: verdict must be one of {sorted(POWER_TAUS)}, got {verdict!r}")
+    if planted not in PLANTED_POOLS:
+        raise ConfigError(f"verdict_power: planted must be one of {sorted(PLANTED_POOLS)}, got {planted!r}")
+    tau = POWER_TAUS[verdict] if tau is None else tau
+    checks = [(n >= 2, f"n >= 2 models, got {n}"), (questions >= 1, f"questions >= 1, got {questions}"),
+              (-1 <= tau <= 1, f"tau in [-1, 1], got {tau}"), (0 < alpha < 1 and 0 < delta < 1,
+              f"alpha and delta in (0, 1), got alpha={alpha}, delta={delta}"),
+              (sims >= 1 and resamples >= 1, f"sims and resamples >= 1, got sims={sims}, resamples={resamples}")]
+    for ok, need in checks:
+        if not ok:
+            raise ConfigError(f"verdict_power needs {need}")
     if min_p_value(n) > alpha:
-        return 0.0
-    r = math.sin(math.pi * tau / 2)
-    rng = np.random.default_rng([seed, n])
-    z = rng.standard_normal((sims, n, 2))
-    x, y = z[..., 0], r * z[..., 0] + math.sqrt(max(0.0, 1 - r * r)) * z[..., 1]
-    taus = kendall_tau_b(x, y)
-    counts = np.array(_inversions(n), dtype=float)
-    support = 1 - 2 * np.arange(len(counts)) / (n * (n - 1) / 2)
-    # the smallest |tau| the test rejects at alpha, from the exact null
-    p_at = np.array([counts[np.abs(support) >= abs(t) - _EPS].sum() / counts.sum() for t in support])
-    rejecting = np.abs(support[p_at <= alpha])
-    if rejecting.size == 0:
-        return 0.0
-    return float(np.mean(taus >= rejecting.min() - _EPS))  # coupled: significant and positive
+        return Power(0.0, 0.0, 0, f"untestable: {n} models never give p <= {alpha:g} (smallest p {min_p_value(n):.3g})")
+    if questions < 2 * MIN_QUESTIONS_PER_HALF:
+        return Power(0.0, 0.0, 0, f"untestable: {questions} questions leave a cross-fit half under "
+                                  f"{MIN_QUESTIONS_PER_HALF}")
+    if verdict == "coupled":
+        resamples = _COUPLED_RESAMPLES
+    hits = _power_hits(n, questions, verdict, float(tau), alpha, delta, planted, sims, resamples, seed)
+    p = hits / sims
+    return Power(p, math.sqrt(p * (1 - p) / sims), sims)
 
 
-def design(n: int, *, alpha: float = 0.05, tau: float = 0.5) -> dict[str, float]:
-    """What one setting of ``n`` models can show: ``{"n", "min_p_value", "power"}`` (power at ``tau``,
-    :func:`power_at_tau`)."""
-    return {"n": n, "min_p_value": min_p_value(n), "power": power_at_tau(n, tau, alpha)}
+@functools.lru_cache(maxsize=256)
+def _power_hits(n: int, questions: int, verdict: str, tau: float, alpha: float, delta: float, planted: str,
+                sims: int, resamples: int, seed: int) -> int:
+    """:func:`verdict_power`'s count of simulated settings given ``verdict``, read from or written to the disk cache."""
+    import json
+    import os
+    from pathlib import Path
+
+    key = {"n": n, "questions": questions, "verdict": verdict, "tau": tau, "alpha": alpha, "delta": delta,
+           "planted": planted, "sims": sims, "resamples": resamples, "seed": seed, "code": _source_digest()}
+    root = Path(os.environ.get("CRL_ENVS_CACHE") or Path.home() / ".cache" / "crl_envs") / "power"
+    path = root / f"{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]}.json"
+    try:
+        cached = json.loads(path.read_text())
+        if cached.get("key") == key and isinstance(cached.get("hits"), int) and 0 <= cached["hits"] <= sims:
+            return cached["hits"]
+    except (OSError, ValueError, AttributeError):
+        pass  # absent or unreadable: recompute
+    hits = _simulate_verdicts(n, questions, verdict, tau, alpha, delta, PLANTED_POOLS[planted], sims, resamples, seed)
+    try:
+        from crl_kit.safe_io import atomic_write_json
+
+        root.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, {"key": key, "hits": hits})
+    except OSError:
+        pass  # a read-only cache costs time, not results
+    return hits
+
+
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """This module's source: the verdict, the interval and the planting all live here."""
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def _simulate_verdicts(n: int, questions: int, verdict: str, tau: float, alpha: float, delta: float,
+                       pool: PlantedPool, sims: int, resamples: int, seed: int) -> int:
+    """How many of ``sims`` planted settings (:data:`PLANTING`) the study's verdict calls ``verdict``."""
+    rng = np.random.default_rng([seed, n, questions, round(1e6 * (tau + 1)), sorted(POWER_TAUS).index(verdict)])
+    r = math.sin(math.pi * tau / 2)  # the Gaussian copula's correlation for Kendall tau
+    (a_lo, a_hi), (c_lo, c_hi) = pool.individual, pool.compositional
+    hits = 0
+    for _ in range(sims):
+        z = rng.standard_normal((n, 2))
+        u = stats.norm.cdf(np.stack([z[:, 0], r * z[:, 0] + math.sqrt(max(0.0, 1 - r * r)) * z[:, 1]]))
+        accuracy, mean = a_lo + (a_hi - a_lo) * u[0], c_lo + (c_hi - c_lo) * u[1]
+        individual = (rng.random((n, questions)) < accuracy[:, None]).astype(float)
+        compositional = mean[:, None] + pool.noise * rng.standard_normal((n, questions))
+        tag = int(rng.integers(1 << 62))
+        cf = crossfit_tau(individual, compositional, [f"power-{tag}-{k}" for k in range(questions)],
+                          level=1 - alpha, resamples=resamples, seed=seed)
+        got = judge(cf["kendall_tau"], cf["p_value"], cf["min_p_value"], cf["tau_ci"], alpha=alpha, delta=delta,
+                    level=1 - alpha, questions=cf["questions"], undefined=cf["undefined"])["verdict"]
+        hits += got == verdict
+    return hits
+
+
+def design(n: int, questions: int | None, *, alpha: float = 0.05, delta: float = DEFAULT_DELTA,
+           resamples: int = 2000, sims: int = POWER_SIMS) -> dict[str, Any]:
+    """What one setting of ``n`` models on ``questions`` questions can show: ``{"n", "questions",
+    "min_p_value", "power"}``, ``power[verdict][spacing]`` a :meth:`Power.to_dict` per verdict of
+    :data:`POWER_TAUS` (with its ``tau``) and spacing of :data:`PLANTED_POOLS`; ``power`` is ``None`` when
+    ``questions`` is unknown (a task without ``n``)."""
+    out: dict[str, Any] = {"n": n, "questions": questions, "min_p_value": min_p_value(n), "power": None}
+    if questions is not None:
+        out["power"] = {v: {"tau": t, **{s: verdict_power(n, questions, verdict=v, alpha=alpha, delta=delta, planted=s,
+                                                            sims=sims, resamples=resamples).to_dict()
+                                         for s in PLANTED_POOLS}}
+                        for v, t in POWER_TAUS.items()}
+    return out
 
 
 # --- training verdicts ---

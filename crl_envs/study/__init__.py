@@ -17,7 +17,9 @@ with ``tau_ci``, ``p_value``, ``min_p_value`` and ``verdict``, and the same per 
 ``grand_coalition``), ``value_per_1k`` (per model ``mean`` and ``ci``) and ``interactions`` (every pair's SII
 with ``ci``, or ``skipped`` with the reason)), ``valuation.summary`` (``counts`` per verdict, ``alpha``, ``delta``, per family under
 ``families`` and per (pool, family) under ``pool_families`` a pooled verdict), ``valuation.design`` (what
-the design can show: per pool the smallest attainable p and the power at tau = 0.5), ``training.settings``
+the design can show, as the dry run printed it: per pool and question count the smallest attainable p and the
+power of the verdict to call coupled at tau 0.5 and decoupled at tau 0, per planted spacing, with Monte Carlo SEs),
+``training.design`` (the summary's power for a +2-point C-RL - placebo difference), ``training.settings``
 (one per setup x task: ``protocol``, ``task``, ``seeds``, ``budget``,
 per-trainer ``delta`` with ``ci`` and ``per_seed``/``per_seed_ci``, ``learner_alone`` (the learner's own
 accuracy ``before`` and ``after`` per trainer and seed, and its ``delta``; with several learners
@@ -73,10 +75,10 @@ from typing import Any
 from crl_envs.study.cells import TableInputs, cell_kinds
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
 from crl_envs.study.costs import add_to_settings
-from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate
+from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate, training_design
 from crl_envs.study.scheduler import environment, load_result, run_cells
 from crl_envs.study.stats import training_tables, valuation_tables
-from crl_envs.study.tables import markdown, plots
+from crl_envs.study.tables import design_markdown, markdown, plots
 from crl_envs.tracking import open_trackers
 from crl_kit.safe_io import atomic_write_json, atomic_write_text
 from crl_kit.serial import jsonable
@@ -91,7 +93,9 @@ def plan(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: st
 
 def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = False) -> str:
     """The ``--dry-run`` text: cells by kind (pending / done), coalition runs, episodes, model calls, tokens;
-    then what the valuation design can show (per pool: smallest attainable p, power at tau = 0.5). With
+    then what the design can show (:func:`crl_envs.study.tables.design_markdown`: per valuation pool the smallest
+    attainable p and the power of the verdict to call coupled at tau 0.5 and decoupled at tau 0; the training
+    summary's power for a +2-point C-RL - placebo difference). With
     ``probe``, per training setting the zero-variance share of a short probe (:func:`crl_envs.study.probe.
     zero_variance_probe`: seconds on the zoo)."""
     rows = defaultdict(lambda: {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0})
@@ -142,13 +146,8 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
             lines.append("zero-variance probe (untrained learner, 4 training questions x G, temperature 1): " + "; ".join(
                 f"{k} {v:.0%} of groups" for k, v in shares.items()) + " (near 100%: the learner's turn rarely "
                 "changes the outcome, little signal)")
-    d = design(config)
-    if d is not None:
-        lines += ["", "| valuation pool | models | settings | smallest p | power at tau 0.5 |", "|---|---|---|---|---|"]
-        lines += [f"| {p['pool']} | {p['n']} | {p['settings']} | {p['min_p_value']:.3g} | {p['power']:.2f} |"
-                  for p in d["pools"]]
-        lines += ["", d["paragraph"]]
-    return "\n".join(lines)
+    power = design_markdown(design(config), training_design(config))
+    return "\n".join(lines + ([""] + power if power else []))
 
 
 def run(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: str | os.PathLike | None = None,
@@ -203,6 +202,7 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
         v = config.valuation
         out["valuation"] = valuation_tables(vcells, alpha=v.alpha, delta=v.delta, families=v.families,
                                             resamples=v.bootstrap_resamples)
+        out["valuation"]["design"] = design(config)  # what the dry run printed before anything ran
         add_to_settings(vcells, out["valuation"]["settings"], resamples=v.bootstrap_resamples)
         if any(c["report"].get("coalition_costs") for c in vcells):
             from crl_envs.valuation.fronts import study_fronts
@@ -220,6 +220,7 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
                                           resamples=t.bootstrap_resamples,
                                           protocols={k: s.protocol for k, s in t.setups.items()}, budgets=budgets,
                                           crossplay=crossplay)
+        out["training"]["design"] = training_design(config)
         if t.lr_rule is not None:  # the sweep and the choice, per setting (before any comparison)
             out["training"]["lr_sweep"] = lr_sweep_record(config, planned, results)
     return out

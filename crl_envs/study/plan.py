@@ -38,7 +38,8 @@ STAGE = {k.kind: k.stage for k in cell_kinds() if k.stage != 1}
 
 # names other modules and tests import from here
 _substitute = substitute
-__all__ = ["CELL_VERSION", "KINDS", "STAGE", "Cell", "cells", "design", "estimate", "trainer_episodes"]
+__all__ = ["CELL_VERSION", "KINDS", "STAGE", "Cell", "cells", "design", "estimate", "trainer_episodes",
+           "training_design"]
 
 
 class _Planner:
@@ -107,14 +108,32 @@ def estimate(config: StudyConfig, plan: list[Cell], *, distinct: bool = True) ->
 
 
 def design(config: StudyConfig) -> dict[str, Any] | None:
-    """What the valuation design can show before anything runs: per pool its size, the smallest attainable
-    p and the power at tau = 0.5 (:func:`crl_envs.study.stats.valuation_design`); ``None`` without a
-    valuation."""
+    """What the valuation design can show before anything runs: per pool and question count its size, the
+    smallest attainable p and the power of the study's verdict to call "coupled" at tau 0.5 and "decoupled"
+    at tau 0 (:func:`crl_envs.study.stats.valuation_design`, the report's too); ``None`` without a valuation."""
     from crl_envs.study.stats import valuation_design
 
     v = config.valuation
     if v is None:
         return None
-    return valuation_design([(pool, pool_size(config.pools[pool].describe())) for pool in v.pools
-                             for _ in range(len(v.protocols) * len(v.tasks_of(pool)) * len(v.seeds))],
-                            alpha=v.alpha, delta=v.delta)
+    return valuation_design([(pool, pool_size(config.pools[pool].describe()), config.tasks[task].n)
+                             for pool in v.pools for task in v.tasks_of(pool)
+                             for _ in range(len(v.protocols) * len(v.seeds))],
+                            alpha=v.alpha, delta=v.delta, resamples=v.bootstrap_resamples)
+
+
+#: The C-RL - placebo difference whose power the training design states (fractions: +2 points).
+TRAINING_POWER_DIFFERENCE = 0.02
+
+
+def training_design(config: StudyConfig) -> dict[str, Any] | None:
+    """The power of the training summary's test across settings (:func:`crl_envs.study.stats.training_power`)
+    for a C-RL - placebo difference of :data:`TRAINING_POWER_DIFFERENCE`, if every planned setting passes its
+    gates; ``None`` without a training half, C-RL or the placebo."""
+    from crl_envs.study.stats import training_power
+
+    t = config.training
+    if t is None or "crl" not in t.trainers or "placebo" not in t.trainers:
+        return None
+    return training_power(len(training_settings(config)), len(t.seeds), t.n_eval,
+                          [b for b in t.trainers if b != "crl"], difference=TRAINING_POWER_DIFFERENCE, alpha=t.alpha)

@@ -24,8 +24,9 @@ Valuation (one setting = pool x protocol x task x seed):
 - counts of each verdict (settings with a design that cannot reject are ``untestable``, never counted
   as uncorrelated);
 - LOO vs Shapley: their rank agreement (tau-b, exact p) and LOO's error against exact Shapley;
-- the design: per setting ``n``, its smallest attainable p and the power of the exact test at population
-  tau = 0.5 (:func:`crl_envs.stats.power_at_tau`).
+- the design (:func:`valuation_design`, the one the dry run prints): per pool and question count ``n``, its
+  smallest attainable p and the power of the verdict itself to call "coupled" at population tau 0.5 and
+  "decoupled" at 0 (:func:`crl_envs.stats.verdict_power`: simulated planted settings, Monte Carlo SE beside).
 
 Training (one setting = setup x task; every trainer with the setup's budget and learning rate):
 
@@ -62,6 +63,9 @@ import numpy as np
 from crl_envs.stats import (
     DEFAULT_DELTA,
     MIN_QUESTIONS_PER_HALF,
+    PLANTED_POOLS,
+    PLANTING,
+    POWER_TAUS,
     TAU_INTERVAL,
     VERDICTS,
     bootstrap_indices,
@@ -71,6 +75,7 @@ from crl_envs.stats import (
     heterogeneity,
     holm,
     judge,
+    min_p_value,
     paired_t_test,
     percentile_ci,
     pooled_tau_bounds,
@@ -78,10 +83,10 @@ from crl_envs.stats import (
     seed_question_bootstrap,
 )
 from crl_envs.valuation.report import ValuationReport
+from crl_kit.errors import ConfigError
 
 #: The compositional measures each setting correlates with individual strength, headline first.
 VALUATION_MEASURES = ("shapley", "loo", "shapley_minus_singleton")
-POWER_TAU = 0.5
 
 
 def _keys(names: Sequence[str], ids: Sequence[str]) -> list[str]:
@@ -102,7 +107,7 @@ CROSS_FIT = ("cross-fit: individual strength on one half of the questions, compo
 def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *, delta: float = DEFAULT_DELTA,
                      families: Mapping[str, str] | None = None, resamples: int = 2000,
                      seed: int = 0) -> dict[str, Any]:
-    """``{"settings": [...], "summary": {...}, "design": {...}}`` from valuation cell results
+    """``{"settings": [...], "summary": {...}}`` from valuation cell results
     (``cell["report"]`` a :meth:`ValuationReport.to_dict`, the cell's labels in ``cell["labels"]``).
 
     The verdicts come from the cross-fit tau (:func:`crl_envs.stats.crossfit_tau`: individual strength on
@@ -161,8 +166,7 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
             "max_abs_error": float(np.max([a["max_abs_error"] for a in agree])),
         },
     }
-    return {"settings": settings, "summary": summary,
-            "design": valuation_design([(s["pool"], s["n"]) for s in settings], alpha=alpha, delta=delta)}
+    return {"settings": settings, "summary": summary}
 
 
 def _valuation_setting(cell: Mapping[str, Any], *, alpha: float, delta: float, families: Mapping[str, str] | None,
@@ -196,7 +200,7 @@ def _valuation_setting(cell: Mapping[str, Any], *, alpha: float, delta: float, f
         "seed": report.seed, "models": keys, "n": n, "estimator": report.estimator,
         "questions": report.n_questions, "system": float(report.system.mean()), "empty_value": report.empty_value,
         **per_model, "ci": ci, "compositional": comp, "statistic": CROSS_FIT, **tests[comp],
-        "measures": tests, "power": {"tau": POWER_TAU, "value": design(n, alpha=alpha, tau=POWER_TAU)["power"]},
+        "measures": tests,
     }
     if report.shapley is not None and report.estimator == "exact":
         agree = correlation(report.loo.means, report.shapley.means)
@@ -252,39 +256,62 @@ def _together(group: list[int], settings: Sequence[Mapping[str, Any]], boots: Se
     return out
 
 
-def valuation_design(settings: Sequence[tuple[str, int]], *, alpha: float = 0.05,
-                     delta: float = DEFAULT_DELTA) -> dict[str, Any]:
-    """What a valuation design can show, from its settings' ``(pool, n models)`` alone: per pool its
-    ``n``, settings, smallest attainable p and the exact test's power at tau = 0.5; the settings that can
-    never be significant; and :func:`design_paragraph`'s text."""
-    pools: dict[str, dict[str, Any]] = {}
-    for pool, n in settings:
-        entry = pools.setdefault(pool, {"pool": pool, **design(n, alpha=alpha, tau=POWER_TAU), "settings": 0})
+def valuation_design(settings: Sequence[tuple[str, int, int | None]], *, alpha: float = 0.05,
+                     delta: float = DEFAULT_DELTA, resamples: int = 2000) -> dict[str, Any]:
+    """What a valuation design can show, from its settings' ``(pool, n models, questions)`` alone: per pool and
+    question count its ``n``, settings, smallest attainable p and the power of the study's own verdict
+    (:func:`crl_envs.stats.design`: "coupled" at tau 0.5 and "decoupled" at tau 0, per planted spacing, with
+    their Monte Carlo SE; ``resamples``: the interval's, as the study's); the settings that can never be
+    significant; and :func:`design_paragraph`'s text."""
+    pools: dict[tuple[str, int, int | None], dict[str, Any]] = {}
+    for pool, n, questions in settings:
+        entry = pools.get((pool, n, questions))
+        if entry is None:
+            entry = pools[(pool, n, questions)] = {"pool": pool, **design(n, questions, alpha=alpha, delta=delta,
+                                                                          resamples=resamples), "settings": 0}
         entry["settings"] += 1
     untestable = sum(p["settings"] for p in pools.values() if p["min_p_value"] > alpha)
-    out = {"alpha": alpha, "delta": delta, "power_tau": POWER_TAU, "pools": list(pools.values()),
+    out = {"alpha": alpha, "delta": delta, "power_taus": dict(POWER_TAUS), "planted_pools": {
+        k: {"individual": list(v.individual), "compositional": list(v.compositional), "noise": v.noise}
+        for k, v in PLANTED_POOLS.items()}, "planting": PLANTING, "pools": list(pools.values()),
            "settings": len(settings), "untestable_settings": untestable}
     out["paragraph"] = design_paragraph(out)
     return out
 
 
+def _coupled_power(p: Mapping[str, Any], spacing: str = "graded") -> float | None:
+    return None if p["power"] is None else p["power"]["coupled"][spacing]["value"]
+
+
 def design_paragraph(d: Mapping[str, Any]) -> str:
     """"What this design can and cannot show", computed from :func:`valuation_design`'s numbers."""
-    a, pools = d["alpha"], d["pools"]
-    parts = [f"{p['pool']} ({p['n']} models: smallest p {p['min_p_value']:.2g}, power {p['power']:.2f} at tau "
-             f"{d['power_tau']:g})" for p in pools]
-    text = [f"What this design can and cannot show: {d['settings']} settings over {len(pools)} pool(s): "
-            + "; ".join(parts) + "."]
+    a, pools, tc, td = d["alpha"], d["pools"], d["power_taus"]["coupled"], d["power_taus"]["decoupled"]
+
+    def power(p: Mapping[str, Any]) -> str:
+        if p["power"] is None:
+            return "power unknown: the task sets no question count"
+        c, dc = p["power"]["coupled"], p["power"]["decoupled"]
+        return (f"power {c['graded']['value']:.2f} (graded) / {c['close']['value']:.2f} (close) to call coupled at tau "
+                f"{tc:g}, {dc['graded']['value']:.2f} / {dc['close']['value']:.2f} decoupled at tau {td:g}")
+
+    alike: dict[tuple[int, int | None, str], list[str]] = {}  # pools with the same figures said once
+    for p in pools:
+        alike.setdefault((p["n"], p["questions"], power(p)), []).append(p["pool"])
+    parts = [f"{', '.join(names)} ({n} models, {q or 'unknown'} questions: smallest p {min_p_value(n):.2g}, {pw})"
+             for (n, q, pw), names in alike.items()]
+    text = [f"What this design can and cannot show: {d['settings']} settings over {len({p['pool'] for p in pools})} "
+            f"pool(s): " + "; ".join(parts) + ". Power is the share of simulated settings the study's own verdict "
+            "calls so, spacings as paper-small's zoo4-ladder (graded) and zoo4-specialists (close)."]
     if d["untestable_settings"]:
         text.append(f"{d['untestable_settings']} setting(s) can never reject at alpha = {a:g} whatever the data "
                     f"(untestable, counted as such, never as uncorrelated). Pooling a pool's settings cannot lower "
                     f"its floor (they share one permutation of its models); only more models per pool, or the "
                     f"tests across pools, can.")
-    weak = [p["pool"] for p in pools if p["min_p_value"] <= a and p["power"] < 0.8]
+    weak = sorted({p["pool"] for p in pools if p["min_p_value"] <= a and (_coupled_power(p) or 0.0) < 0.8})
     if weak:
-        text.append(f"Single settings of {', '.join(weak)} detect a true tau of {d['power_tau']:g} less than 80% of "
-                    f"the time: a setting that is not coupled is weak evidence (pooling a pool's settings averages "
-                    f"their question noise but keeps the pool's floor).")
+        text.append(f"Single settings of {', '.join(weak)} detect a true tau of {tc:g} less than 80% of the time even "
+                    f"with graded spacing: a setting that is not coupled is weak evidence (pooling a pool's settings "
+                    f"averages their question noise but keeps the pool's floor).")
     text.append(f"'decoupled' needs the {100 * (1 - a):g}% interval of tau inside +/-{d['delta']:g}: the taus "
                 f"consistent with every pairwise order of the models' means that the questions determine, so models "
                 f"closer than the questions can separate give a wide interval and no verdict; its rate of false "
@@ -580,11 +607,7 @@ def _crl_vs_across(settings: list[dict[str, Any]], b: str, mean_gain: Mapping[st
     if not per:  # every setting failed a gate: nothing to count or test
         return {"settings": 0, "not_comparable": len(settings)}
     means = [float(np.mean(c["per_seed"])) for c in per]
-    if len(means) >= 2:
-        test = paired_t_test(means, [0.0] * len(means))
-    else:
-        test = {"statistic": means[0], "t": None, "df": 0, "p_value": None,
-                "undefined": "one comparable setting: no test across settings (the unit is the setting)"}
+    test = across_settings_test(means)
     out = {
         "not_comparable": len(settings) - len(per),
         "settings": len(per), "wins": sum(c["outcome"] == "win" for c in per),
@@ -599,3 +622,62 @@ def _crl_vs_across(settings: list[dict[str, Any]], b: str, mean_gain: Mapping[st
                           names=("crl", b)),
     }
     return out
+
+
+def across_settings_test(means: Sequence[float]) -> dict[str, Any]:
+    """The training verdict's test across settings (:data:`ACROSS_TEST`): a two-sided one-sample t-test of the
+    comparable settings' mean differences (C-RL's Δ minus a baseline's, each the mean over the setting's seeds);
+    ``p_value`` ``None`` and ``undefined`` with one setting. Holm across the baselines is the caller's."""
+    if len(means) >= 2:
+        return paired_t_test(means, [0.0] * len(means))
+    return {"statistic": float(means[0]), "t": None, "df": 0, "p_value": None,
+            "undefined": "one comparable setting: no test across settings (the unit is the setting)"}
+
+
+#: How :func:`training_power` plants a setting's mean difference (C-RL's Δ minus a baseline's, fractions):
+#: its seeds' SD on fixed questions (judge, seeds 0-4 of paper-small: 0.57 points, #55), the settings' SD of
+#: their true differences, and the share of evaluation questions on which the two trainers' systems answer
+#: differently (judge: C-RL changed 3-6 of 200 questions, the placebo 3-4), which sets how far a setting's
+#: difference on its questions lies from its difference on the task (SD ``sqrt(share / questions)``).
+TRAINING_PLANTING = {"seed_sd": 0.0057, "setting_sd": 0.01, "disagreeing_share": 0.04}
+TRAINING_POWER_SIMS = 2000
+
+
+def training_power(settings: int, seeds: int, questions: int, baselines: Sequence[str], *, difference: float = 0.02,
+                   against: str = "placebo", alpha: float = 0.05, sims: int = TRAINING_POWER_SIMS,
+                   seed: int = 0) -> dict[str, Any]:
+    """The power of the training summary to call C-RL significantly better than ``against`` across ``settings``
+    comparable settings when the true difference is ``difference``: planted setting means
+    (:data:`TRAINING_PLANTING`: a setting's true difference, its questions' sampling error shared by its seeds,
+    the mean of ``seeds`` seeds' noise; the other ``baselines`` at no difference from C-RL) through
+    :func:`across_settings_test` and :func:`crl_envs.stats.holm`, as the summary runs them. Returns ``{"value",
+    "se", "sims", "undefined", ...}`` (``se``: Monte Carlo, ``sqrt(p (1 - p) / sims)``).
+
+    Raises:
+        ValueError: ``settings``, ``seeds``, ``questions`` or ``sims`` below 1, ``against`` not in ``baselines``,
+            or ``alpha`` outside (0, 1).
+    """
+    for name, v in (("settings", settings), ("seeds", seeds), ("questions", questions), ("sims", sims)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ConfigError(f"training_power needs {name} >= 1, got {v!r}")
+    if against not in baselines:
+        raise ConfigError(f"training_power: {against!r} is not among the baselines {list(baselines)}; add it to "
+                          f"training.trainers")
+    if not 0 < alpha < 1:
+        raise ConfigError(f"training_power needs alpha in (0, 1), got {alpha!r}")
+    plant = TRAINING_PLANTING
+    sd = math.sqrt(plant["setting_sd"] ** 2 + plant["disagreeing_share"] / questions + plant["seed_sd"] ** 2 / seeds)
+    out = {"difference": difference, "against": against, "settings": settings, "seeds": seeds, "questions": questions,
+           "baselines": len(baselines), "setting_mean_sd": sd, "planting": dict(plant)}
+    if settings < 2:
+        return {**out, "value": 0.0, "se": 0.0, "sims": 0,
+                "undefined": across_settings_test([difference])["undefined"]}
+    rng = np.random.default_rng([seed, settings, seeds, questions])
+    hits = 0
+    for _ in range(sims):
+        means = {b: (difference if b == against else 0.0) + sd * rng.standard_normal(settings) for b in baselines}
+        tests = {b: across_settings_test(list(m)) for b, m in means.items()}
+        adjusted = holm({b: t["p_value"] for b, t in tests.items()})
+        hits += adjusted[against] is not None and adjusted[against] < alpha and tests[against]["statistic"] > 0
+    p = hits / sims
+    return {**out, "value": p, "se": math.sqrt(p * (1 - p) / sims), "sims": sims, "undefined": None}

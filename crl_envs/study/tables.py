@@ -39,6 +39,53 @@ def _counts(c: Mapping[str, int]) -> str:
                      if v != "heterogeneous" or c.get(v))
 
 
+def _power(p: Mapping[str, Any] | None) -> str:
+    if p is None:
+        return "n/a"
+    if p.get("undefined"):
+        return f"{p['value']:.2f} ({p['undefined']})"
+    if p["se"] == 0:  # none or all of the simulated settings: the SE formula says 0, the count says more
+        return f"{p['value']:.2f} ({round(p['value'] * p['sims'])} of {p['sims']})"
+    return f"{p['value']:.2f} ± {p['se']:.1g}"
+
+
+def design_markdown(valuation: Mapping[str, Any] | None, training: Mapping[str, Any] | None = None) -> list[str]:
+    """What the design can show, as the dry run and the report print it: per valuation pool and question
+    count the power of the verdict (:func:`crl_envs.study.stats.valuation_design`), and the training
+    summary's power for C-RL - placebo (:func:`crl_envs.study.stats.training_power`)."""
+    lines: list[str] = []
+    if valuation:
+        tc, td = valuation["power_taus"]["coupled"], valuation["power_taus"]["decoupled"]
+        lines += [f"| valuation pool | models | questions | settings | smallest p | coupled at tau {tc:g}: graded | "
+                  f"close | decoupled at tau {td:g}: graded | close |", "|---|---|---|---|---|---|---|---|---|"]
+        sims = set()
+        for p in valuation["pools"]:
+            pw = p["power"]
+            cells = ["n/a (the task sets no question count)"] * 4 if pw is None else [
+                _power(pw[v][k]) for v in ("coupled", "decoupled") for k in ("graded", "close")]
+            sims |= set() if pw is None else {pw[v][k]["sims"] for v in pw for k in ("graded", "close")} - {0}
+            lines.append(f"| {p['pool']} | {p['n']} | {p['questions'] or 'unknown'} | {p['settings']} | "
+                         f"{p['min_p_value']:.3g} | " + " | ".join(cells) + " |")
+        spacing = "; ".join(f"{k}: accuracies {v['individual'][0]:g} to {v['individual'][1]:g}, compositional means "
+                            f"{v['compositional'][0]:+g} to {v['compositional'][1]:+g}, noise {v['noise']:g} per "
+                            f"question" for k, v in valuation["planted_pools"].items())
+        lines += ["", f"Power: the share of {', '.join(map(str, sorted(sims))) or 'no'} simulated settings per figure "
+                      f"(seed 0) that the study's own verdict calls coupled (or decoupled), ± one Monte Carlo SE; "
+                      f"{valuation['planting']}. Spacings ({spacing}).", "", valuation["paragraph"]]
+    if training:
+        t = training
+        studies = f"{t['sims']} simulated studies; " if t["sims"] else ""
+        lines += ["", f"Training: power {_power(t)} to call C-RL better than {t['against']} across {t['settings']} "
+                      f"setting(s) (if every one passes its gates) at a true difference of {100 * t['difference']:+g} "
+                      f"points, {t['seeds']} seeds, {t['questions']} evaluation questions: the summary's t-test over "
+                      f"setting means, Holm over {t['baselines']} baselines (the others planted at no difference); "
+                      f"{studies}"
+                      f"a setting's mean difference planted with SD {100 * t['setting_mean_sd']:.2f} points (settings' "
+                      f"SD {100 * t['planting']['setting_sd']:g}, seeds' {100 * t['planting']['seed_sd']:g}, the two "
+                      f"systems answering {100 * t['planting']['disagreeing_share']:g}% of questions differently)."]
+    return lines
+
+
 def valuation_markdown(tables: Mapping[str, Any]) -> str:
     s = tables["summary"]
     pct = f"{100 * s['tau_ci_level']:g}%"
@@ -47,7 +94,7 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
              f"{_counts(s['pool_family_counts'])}. Over {s['settings']} single settings: {_counts(s['counts'])} "
              f"({s['test']}).", ""]
     if tables.get("design"):
-        lines += [tables["design"]["paragraph"], ""]
+        lines += [*design_markdown(tables["design"]), ""]
     m = s.get("mean_kendall_tau_by_measure") or {}
     lines.append("Mean tau-b of individual strength against: " + ", ".join(
         f"{label} {_f(m.get(k), '+.2f')}" for k, label in (("shapley", "Shapley"), ("loo", "LOO"),
@@ -79,8 +126,8 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
                       f"{_f(a['mean_kendall_tau'], '+.2f')}, same top model in {a['same_top_model']} of {a['settings']}, "
                       f"LOO's mean absolute error {a['mean_abs_error']:.3f} (largest {a['max_abs_error']:.3f})."]
     lines += ["", f"| pool | protocol (family) | task | n | v(N) | model: individual / LOO / Shapley | "
-                  f"tau-b Shapley [{pct} CI] | tau-b LOO | tau-b Shapley - ind./n | p (min p) | power at tau 0.5 | "
-                  f"verdict | same-question tau-b Shapley (paper) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  f"tau-b Shapley [{pct} CI] | tau-b LOO | tau-b Shapley - ind./n | p (min p) | "
+                  f"verdict | same-question tau-b Shapley (paper) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for st in tables["settings"]:
         models = "; ".join(f"{m} {st['individual'][m]:.2f} / {st['loo'][m]:+.3f} / "
                            f"{'n/a' if st['shapley'] is None else format(st['shapley'][m], '+.3f')}"
@@ -92,7 +139,7 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
                 _f(ms["shapley_minus_singleton"]["kendall_tau"], "+.2f") if "shapley_minus_singleton" in ms else "n/a")
         lines.append(f"| {st['pool']} | {st['protocol']} ({st['family']}) | {st['task']} | {st['n']} | "
                      f"{st['system']:.3f} | {models} | {' | '.join(taus)} | {_f(st['p_value'], '.3g')} "
-                     f"({st['min_p_value']:.3g}) | {st['power']['value']:.2f} | {st['verdict']} | "
+                     f"({st['min_p_value']:.3g}) | {st['verdict']} | "
                      f"{_f(st['measures'][st['compositional']]['same_questions']['kendall_tau'], '+.2f')} |")
     return "\n".join(lines)
 
@@ -149,6 +196,8 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
         lines.append(f"Not comparable, left out of every summary: {nc['protocol']} on {nc['task']} ({nc['reason']}).")
     if s.get("not_comparable"):
         lines.append("")
+    if tables.get("design"):  # the power the dry run stated before anything trained
+        lines += [*design_markdown(None, tables["design"])[1:], ""]
     lines += _gates_markdown(tables["settings"], trainers)
     for f in s.get("learner_collapse", []):
         lines.append(f"**Flag: the learner's own answers collapse** in {f['protocol']} on {f['task']} ({f['trainer']}): "
@@ -176,7 +225,7 @@ def _trainer_rows(settings: list[Mapping[str, Any]], trainers: list[str], pct: i
     lines = ["", f"| setup | task | budget | trainer | Δ system [{pct}% CI] | per seed [CI] | learner alone before -> "
                   f"after per seed | Δ learner alone [CI] | per seed [CI] | C-RL - this (paired t p) | "
                   f"Δ - placebo's Δ [CI] | after - without learner [CI] | zero-variance groups |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for st in settings:
         bud = st.get("budget") or {}
         budget = f"{bud['steps']} steps, lr {bud['learning_rate']:g}" if bud else "n/a"
