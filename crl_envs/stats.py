@@ -818,10 +818,20 @@ class Power:
     undefined: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.value:.2f} ± {self.se:.2f}"
+        return format_power(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         return {"value": self.value, "se": self.se, "sims": self.sims, "undefined": self.undefined}
+
+
+def format_power(p: Mapping[str, Any]) -> str:
+    """A :meth:`Power.to_dict` as the design tables print it: ``0.29 ± 0.03``; with none or all of the settings
+    the count (the SE formula says 0); an undefined power with its reason."""
+    if p.get("undefined"):
+        return f"{p['value']:.2f} ({p['undefined']})"
+    if p["se"] == 0:
+        return f"{p['value']:.2f} ({round(p['value'] * p['sims'])} of {p['sims']})"
+    return f"{p['value']:.2f} ± {p['se']:.1g}"
 
 
 def verdict_power(n: int, questions: int, *, verdict: str = "coupled", tau: float | None = None, alpha: float = 0.05,

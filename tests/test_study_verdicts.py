@@ -70,22 +70,6 @@ def test_grouped_permutation_test_against_enumeration():
         stats.grouped_permutation_test([(xa, xa), (xb, xb)], ["a", "a"])
 
 
-def test_power_matches_an_independent_simulation():
-    # n = 6: the smallest positive tau the exact test rejects at alpha, from scipy's exact null
-    n = 6
-    rejected = [1 - 2 * k / 15 for k in range(8)
-                if sps.kendalltau(np.arange(n), _with_inversions(n, k), method="exact").pvalue <= ALPHA]
-    crit = min(rejected)
-    assert crit == pytest.approx(13 / 15)  # 11/15 has p = 40/720 > alpha
-    rng = np.random.default_rng(7)
-    r = math.sin(math.pi * 0.5 / 2)
-    z = rng.standard_normal((4000, n, 2))
-    hits = [sps.kendalltau(a[:, 0], r * a[:, 0] + math.sqrt(1 - r * r) * a[:, 1]).statistic >= crit - 1e-12 for a in z]
-    assert stats.power_at_tau(n) == pytest.approx(np.mean(hits), abs=0.03)
-    assert stats.power_at_tau(4) == 0.0 and stats.power_at_tau(3) == 0.0  # min p > alpha
-    assert stats.power_at_tau(8) < stats.power_at_tau(10)
-
-
 def _with_inversions(n: int, k: int) -> np.ndarray:
     """An ordering of ``range(n)`` with exactly ``k`` inversions."""
     perm, rest = [], list(range(n))
@@ -171,22 +155,6 @@ def test_decoupled_is_found_when_tau_is_zero_and_untestable_never_counts_as_unco
     assert "uncorrelated" not in t["summary"]
 
 
-def test_coupled_is_found_at_the_simulated_power():
-    n, tau = 8, 0.5
-    rng = np.random.default_rng(11)
-    r = math.sin(math.pi * tau / 2)
-    cells = []
-    for _ in range(STUDIES):
-        z = rng.standard_normal((n, 2))
-        u = sps.norm.cdf(np.stack([z[:, 0], r * z[:, 0] + math.sqrt(1 - r * r) * z[:, 1]], 1))
-        cells.append(synthetic_cell(0.2 + 0.7 * u[:, 0], 0.1 + 0.7 * u[:, 1], 400, rng))
-    rate = sum(_verdicts([c]).count("coupled") for c in cells) / STUDIES  # each its own study
-    power = stats.power_at_tau(n, tau, ALPHA)
-    se = math.sqrt(power * (1 - power) / STUDIES)
-    # question noise can only blur the ranking: the rate sits at or a little under the noise-free power
-    assert power - 3 * se - 0.05 <= rate <= power + 3 * se, (rate, power)
-
-
 def test_pooled_test_is_calibrated_under_the_null_with_shared_individual_vectors():
     """4 pools x 3 protocols; each pool's settings share one individual vector and a common compositional
     model effect independent of individual strength: one permutation per pool holds alpha, permuting each
@@ -252,15 +220,17 @@ def test_tables_per_setting_and_per_pool_family_recomputed():
     assert pf[("three", "aggregation")]["verdict"] == "untestable"
     md = valuation_markdown(t)
     assert "untestable" in md and "does not predict" not in md and "(pool, family) units" in md
-    assert t["design"]["untestable_settings"] == 1 and "can never reject" in t["design"]["paragraph"]
+    d = valuation_design([(s["pool"], s["n"], s["questions"]) for s in t["settings"]], resamples=50)
+    assert d["untestable_settings"] == 1 and "can never reject" in d["paragraph"]
     assert pf[("six", "agg")]["min_p_value"] == pytest.approx(2 / math.factorial(6))  # one permutation: one floor
 
 
 def test_design_reports_min_p_and_power_per_pool():
-    d = valuation_design([("a", 8)] * 3 + [("b", 4)] * 2)
+    d = valuation_design([("a", 8, 200)] * 3 + [("b", 4, 200)] * 2)
     a, b = d["pools"]
     assert (a["settings"], a["min_p_value"], b["min_p_value"]) == (3, pytest.approx(2 / 40320), pytest.approx(1 / 12))
-    assert a["power"] == stats.power_at_tau(8) and b["power"] == 0.0
+    assert a["power"]["coupled"]["graded"] == stats.verdict_power(8, 200).to_dict()
+    assert b["power"]["coupled"]["graded"]["value"] == 0.0
     assert d["untestable_settings"] == 2 and "2 setting(s) can never reject" in d["paragraph"]
 
 

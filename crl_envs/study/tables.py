@@ -40,13 +40,9 @@ def _counts(c: Mapping[str, int]) -> str:
 
 
 def _power(p: Mapping[str, Any] | None) -> str:
-    if p is None:
-        return "n/a"
-    if p.get("undefined"):
-        return f"{p['value']:.2f} ({p['undefined']})"
-    if p["se"] == 0:  # none or all of the simulated settings: the SE formula says 0, the count says more
-        return f"{p['value']:.2f} ({round(p['value'] * p['sims'])} of {p['sims']})"
-    return f"{p['value']:.2f} ± {p['se']:.1g}"
+    from crl_envs.stats import format_power
+
+    return "n/a" if p is None else format_power(p)
 
 
 def design_markdown(valuation: Mapping[str, Any] | None, training: Mapping[str, Any] | None = None) -> list[str]:
