@@ -411,7 +411,8 @@ def test_presets_validate_and_dry_run(preset, tmp_path):
 
     d = design(load_config(REPO / "studies" / f"{preset}.toml", out=tmp_path / "out"))
     assert d["untestable_settings"] == 0 and min(p["n"] for p in d["pools"]) >= 8
-    assert "What this design can and cannot show" in proc.stdout and "power at tau 0.5" in proc.stdout
+    assert "What this design can and cannot show" in proc.stdout and "coupled at tau 0.5: graded" in proc.stdout
+    assert "Training: power " in proc.stdout and "Monte Carlo SE" in proc.stdout
 
 
 def test_every_protocol_declares_its_family_in_class_and_docstring():

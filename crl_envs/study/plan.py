@@ -116,8 +116,8 @@ def design(config: StudyConfig) -> dict[str, Any] | None:
     v = config.valuation
     if v is None:
         return None
-    return valuation_design([(pool, pool_size(config.pools[pool].describe()), config.tasks[task].n)
-                             for pool in v.pools for task in v.tasks_of(pool)
+    sizes = {pool: pool_size(config.pools[pool].describe()) for pool in v.pools}  # builds the pool: once each
+    return valuation_design([(pool, sizes[pool], config.tasks[task].n) for pool in v.pools for task in v.tasks_of(pool)
                              for _ in range(len(v.protocols) * len(v.seeds))],
                             alpha=v.alpha, delta=v.delta, resamples=v.bootstrap_resamples)
 

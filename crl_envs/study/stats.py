@@ -640,7 +640,7 @@ def across_settings_test(means: Sequence[float]) -> dict[str, Any]:
 #: differently (judge: C-RL changed 3-6 of 200 questions, the placebo 3-4), which sets how far a setting's
 #: difference on its questions lies from its difference on the task (SD ``sqrt(share / questions)``).
 TRAINING_PLANTING = {"seed_sd": 0.0057, "setting_sd": 0.01, "disagreeing_share": 0.04}
-TRAINING_POWER_SIMS = 2000
+TRAINING_POWER_SIMS = 1000
 
 
 def training_power(settings: int, seeds: int, questions: int, baselines: Sequence[str], *, difference: float = 0.02,
