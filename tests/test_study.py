@@ -208,7 +208,8 @@ def test_dry_run_counts_runs_calls_and_shared_coalitions(tmp_path):
     assert four_debate["tokens"] == four_debate["calls"] * 256
     text = study.describe_plan(config, list(planned.values()))
     assert "| valuation | 4 | 0 | 44 coalition runs |" in text  # 15 + 15 + 7 + 7
-    assert "| four | 4 | 2 | 0.0833 | 0.00 |" in text and "4 setting(s) can never reject" in text
+    assert "| four | 4 | 60 | 2 | 0.0833 | 0.00 (untestable: 4 models never give p <= 0.05 (smallest p 0.0833)) |" \
+        in text and "4 setting(s) can never reject" in text
     assert not (tmp_path / "out").exists()
 
 
