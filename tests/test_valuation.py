@@ -408,7 +408,10 @@ def test_bad_input_errors(mixed_pool):
         evaluate("vote", mixed_pool, task, samples=0, cache_dir=False)
     big = agents.pool([agents.ScriptedAgent.expert(f"e{i}", 0.5) for i in range(13)])
     with pytest.raises(ValueError, match="8192 for a pool of 13.*estimator='permutation'"):
-        evaluate("vote", big, task, cache_dir=False, progress=False)
+        evaluate("debate", big, task, cache_dir=False, progress=False)  # played coalitions: 12 at most
+    bigger = agents.pool([agents.ScriptedAgent.expert(f"e{i}", 0.5) for i in range(17)])
+    with pytest.raises(ValueError, match="131072 for a pool of 17.*estimator='permutation'"):
+        evaluate("vote", bigger, task, cache_dir=False, progress=False)  # computed from answers: 16 at most
     with pytest.raises(ValueError, match="unknown protocol"):
         evaluate("nope", mixed_pool, task, cache_dir=False)
 

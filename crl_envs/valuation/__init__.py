@@ -137,7 +137,7 @@ def evaluate(
     executor = resolve_executor(executor)
     game = CoalitionGame(protocol, pool, task, samples=samples, seed=seed, sampling=sampling, options=options,
                          cache_dir=cache_dir, progress=progress, executor=executor, memo=memo)
-    est = kind(game.n, budget=budget, seed=seed if permutation_seed is None else permutation_seed)
+    est = kind(game.n, budget=budget, seed=seed if permutation_seed is None else permutation_seed, computed=game.computed)
     if interactions is not None:
         _check_interactions(game.n, interaction_index, interactions, interaction_approximator, interaction_budget)
     alone = individual_game(game)

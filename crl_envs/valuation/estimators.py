@@ -37,17 +37,20 @@ import numpy as np
 from crl_kit.errors import ConfigError
 
 MAX_EXACT_PLAYERS = 12
-"""Exact estimators enumerate 2^n coalitions; beyond this, use permutation sampling."""
+"""Exact estimators enumerate 2^n coalitions; beyond this many played ones, use a sampled estimator."""
+MAX_COMPUTED_EXACT_PLAYERS = 16
+"""The limit where coalitions are computed from the members' answers, not played (a protocol with an
+``aggregate`` rule, as vote): 2^16 coalitions cost no generation, and their weights fit in memory."""
 
 
-def _check_exact(n: int) -> None:
+def _check_exact(n: int, limit: int = MAX_COMPUTED_EXACT_PLAYERS) -> None:
     if not isinstance(n, (int, np.integer)) or n < 1:
         raise ConfigError(f"the number of players must be an int >= 1, got {n!r}")
-    if n > MAX_EXACT_PLAYERS:
+    if n > limit:
         raise ConfigError(
             f"exact valuation enumerates 2^n coalitions: {2**n} for a pool of {n}, too many "
-            f"(limit {MAX_EXACT_PLAYERS} players). Use estimator='permutation' or 'antithetic' with a "
-            f"budget, or estimator='loo' (n+1 coalitions)."
+            f"(limit {limit} players{' whose coalitions are played' if limit < MAX_COMPUTED_EXACT_PLAYERS else ''}). "
+            f"Use estimator='permutation', 'antithetic' or 'regression' with a budget, or estimator='loo' (n+1 coalitions)."
         )
 
 
@@ -245,11 +248,11 @@ class Estimator:
     #: the measures it reports (of :data:`crl_envs.valuation.report.COMPOSITIONAL`), LOO always first
     measures: tuple[str, ...] = ("loo",)
 
-    def __init__(self, n: int, *, budget: int | None = None, seed: int = 0) -> None:
+    def __init__(self, n: int, *, budget: int | None = None, seed: int = 0, computed: bool = False) -> None:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ConfigError(f"the number of players must be an int >= 1, got {n!r}")
         type(self).check_budget(budget)
-        self.n, self.budget, self.seed = int(n), budget, seed
+        self.n, self.budget, self.seed, self.computed = int(n), budget, seed, computed
 
     @property
     def compositional(self) -> str:
@@ -339,9 +342,11 @@ def estimator_class(name: str) -> type[Estimator]:
         raise ConfigError(f"unknown estimator {name!r}; choose one of {', '.join(ESTIMATORS)}") from None
 
 
-def estimator(name: str, n: int, *, budget: int | None = None, seed: int = 0) -> Estimator:
-    """The estimator ``name`` for ``n`` players (``budget`` and ``seed``: a sampled estimator's draws)."""
-    return estimator_class(name)(n, budget=budget, seed=seed)
+def estimator(name: str, n: int, *, budget: int | None = None, seed: int = 0, computed: bool = False) -> Estimator:
+    """The estimator ``name`` for ``n`` players (``budget`` and ``seed``: a sampled estimator's draws;
+    ``computed``: the game's coalitions are computed from answers, not played, so exact takes up to
+    :data:`MAX_COMPUTED_EXACT_PLAYERS`)."""
+    return estimator_class(name)(n, budget=budget, seed=seed, computed=computed)
 
 
 class _Names(Sequence):
@@ -376,9 +381,9 @@ class ExactEstimator(Estimator):
     help = "Shapley + Banzhaf + LOO over every coalition: 2^n-1 coalitions"
     measures = ("loo", "shapley", "banzhaf")
 
-    def __init__(self, n: int, *, budget: int | None = None, seed: int = 0) -> None:
-        super().__init__(n, budget=budget, seed=seed)
-        _check_exact(n)
+    def __init__(self, n: int, *, budget: int | None = None, seed: int = 0, computed: bool = False) -> None:
+        super().__init__(n, budget=budget, seed=seed, computed=computed)
+        _check_exact(n, MAX_COMPUTED_EXACT_PLAYERS if computed else MAX_EXACT_PLAYERS)
 
     def coalitions(self) -> list[int]:
         """LOO's, then every coalition, the largest first."""
@@ -410,8 +415,8 @@ class PermutationEstimator(Estimator):
     measures = ("loo", "shapley")
     antithetic = False
 
-    def __init__(self, n: int, *, budget: int | None = None, seed: int = 0) -> None:
-        super().__init__(n, budget=budget, seed=seed)
+    def __init__(self, n: int, *, budget: int | None = None, seed: int = 0, computed: bool = False) -> None:
+        super().__init__(n, budget=budget, seed=seed, computed=computed)
         self.permutations = sample_permutations(self.n, budget, seed=seed, antithetic=self.antithetic)
         self._shapley = permutation_weights(self.permutations)
 
