@@ -142,9 +142,11 @@ def test_run_counts_and_cache(mixed_pool, tmp_path):
         assert r.system_evaluations == n + 1, kw
     r = evaluate("debate", mixed_pool, tasks.load("arith", n=9), estimator="loo", cache_dir=tmp_path, progress=False)
     assert r.system_evaluations == n + 1
-    # vote's one-member coalitions are the individual runs: exact vote = 2^n - 1 runs in all
+    # vote's one-member coalitions are the individual runs, and its other coalitions are computed from
+    # them (no generation): exact vote = n runs in all
     vote = evaluate("vote", mixed_pool, task, cache_dir=tmp_path / "vote", progress=False)
-    assert (vote.individual_evaluations, vote.system_evaluations) == (n, 2**n - 1 - n)
+    assert (vote.individual_evaluations, vote.system_evaluations, vote.coalitions) == (n, 0, 2**n - 1)
+    assert vote.cached_evaluations == 0
 
 
 class Coin(agents.ScriptedAgent):

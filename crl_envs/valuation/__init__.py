@@ -194,10 +194,12 @@ def _interactions(game: CoalitionGame, order: int, index: str, approximator: str
 
 def _runs(ran: list, plan: list[int], singles: list[int], alone: CoalitionGame, game: CoalitionGame) -> dict[str, int]:
     """The report's run counts: executed by this call (the protocol's and the models' alone), the
-    coalitions the estimator used, and the distinct runs it needed that came from the cache."""
+    coalitions the estimator used, and the distinct runs it needed that came from the cache (a game that
+    computes its coalitions from answers needs only its one-member runs)."""
     individual = sum(1 for g, m in ran if g is alone and m in singles)
     played = [m for m in plan if m]
-    needed = len(set(played) | set(singles)) if alone is game else len(played) + len(singles)
+    runs = [1 << i for i in range(game.n)] if game.computed else played  # a computed game plays its singles
+    needed = len(set(runs) | set(singles)) if alone is game else len(runs) + len(singles)
     return {"system_evaluations": len(ran) - individual, "individual_evaluations": individual,
             "coalitions": len(played), "cached_evaluations": needed - len(ran)}
 
