@@ -242,8 +242,15 @@ class CoalitionGame:
         computed game (:attr:`computed`), the one-member coalitions whose member's answers are not known."""
         masks = self._check_masks(masks)
         if self.computed:
-            masks = [1 << i for i in range(self.n)] if any(m and m not in self._memory for m in masks) else []
+            masks = self._singles_of([m for m in masks if m and m not in self._memory])
         return [m for m in masks if m and self._lookup(m) is None]
+
+    def _singles_of(self, masks: list[int]) -> list[int]:
+        """The one-member coalitions of every member of ``masks``."""
+        union = 0
+        for m in masks:
+            union |= m
+        return [1 << i for i in members_of(union, self.n)]
 
     def _complete(self, masks: list[int]) -> None:
         """Make every mask's result known: play what is missing, then compute a computed game's coalitions."""
@@ -259,8 +266,9 @@ class CoalitionGame:
         episode scores that member's alone run's score (the task's score of the same answer; no answer at
         all scores as the members' own unparseable answers do). Averaged over samples in sample order and
         spent as the members' runs together, as a played run averages and spends."""
-        solo = [self._solo[1 << i] for i in range(self.n)]
         q, k = len(self.example_ids), self.samples
+        nobody = SoloAnswers([[None] * k for _ in range(q)], np.zeros((q, k)))  # a model in none of the masks
+        solo = [self._solo.get(1 << i, nobody) for i in range(self.n)]
         codes = np.empty((q * k, self.n), dtype=np.int64)
         for row, (e, s) in enumerate(np.ndindex(q, k)):
             codes[row] = answer_codes([solo[i].answers[e][s] for i in range(self.n)])
@@ -292,8 +300,9 @@ class CoalitionGame:
         return np.stack([vals[int(m)] for m in masks]) if len(masks) else np.zeros((0, len(self.example_ids)))
 
     def cached(self, mask: int) -> bool:
-        """Whether ``mask``'s result is already known (in memory or on disk)."""
-        return mask == 0 or self._lookup(mask) is not None
+        """Whether ``mask``'s result is already known (in memory or on disk), or, in a computed game, can be
+        computed without playing anything."""
+        return mask == 0 or self._lookup(mask) is not None or (self.computed and not self.missing([mask]))
 
     # ------------------------------------------------------------------ internals
     def _path(self, mask: int) -> Path | None:
