@@ -276,7 +276,8 @@ class Estimator:
         opt, eg = ("--budget", "--budget 200") if flags else ("budget", "budget=200")
         if cls.budget_unit is None:
             if budget is not None:
-                takers = " or ".join(e if flags else repr(e) for e in SAMPLED_ESTIMATORS)
+                names = [e if flags else repr(e) for e in SAMPLED_ESTIMATORS]
+                takers = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
                 raise ConfigError(f"{opt} only applies to {'--estimator ' if flags else 'estimator='}{takers}, "
                                   f"not {cls.name if flags else repr(cls.name)}")
             return
