@@ -21,8 +21,8 @@ Example:
     >>> pool = agents.pool([agents.ScriptedAgent.expert(f"e{a}", a) for a in (0.8, 0.6, 0.4)])
     >>> task = crl_envs.tasks.load("arith", n=20)
     >>> report = crl_envs.valuation.evaluate("vote", pool, task, cache_dir=False, progress=False)
-    >>> report.individual_evaluations, report.system_evaluations   # vote's 1-member coalitions = individual runs
-    (3, 4)
+    >>> report.individual_evaluations, report.system_evaluations   # vote plays the models alone; the rest is computed
+    (3, 0)
 """
 
 from __future__ import annotations

@@ -232,6 +232,9 @@ class Estimator:
     nothing: it names the coalitions it needs, and turns their per-question values into the values
     (``phi = W @ V``), so a study can plan and cost it without playing a game.
 
+    ``computed``: the game computes its coalitions from its members' answers instead of playing them (a protocol
+    with an ``aggregate`` rule, as vote), so ``exact`` takes up to :data:`MAX_COMPUTED_EXACT_PLAYERS` players.
+
     A subclass sets :attr:`name` and :attr:`help`, the measures it adds to LOO (:attr:`measures`) and their
     weights (:meth:`weights`); one that samples sets :attr:`budget_unit`. Register it with :func:`register`:
     :func:`crl_envs.valuation.evaluate`, ``crl-envs value --estimator`` and a study's ``[valuation]
