@@ -22,9 +22,10 @@ coalition table gives (:meth:`Estimator.estimate`). :func:`crl_envs.valuation.ev
   resamples along with the questions;
 - ``regression`` (:class:`RegressionEstimator`): Shapley by the kernel's constrained weighted least squares
   (:func:`regression_weights`) over the ``2n + 1`` border coalitions and ``budget`` sampled ones, stratified by
-  size and paired with their complements; its Monte Carlo error is a stratified jackknife. At equal coalition
-  counts its RMSE is 0.27-0.54x antithetic's on vote games of zoo unions and a planted vote game at n = 10-12,
-  0.7-0.9x on a pool of near-clones, about 1x on an oracle router's game (``benchmarks/regression_shapley.py``).
+  size and paired with their complements; its Monte Carlo error is a stratified jackknife (95% intervals
+  cover 0.94-0.96). At equal coalition counts (100-350) its RMSE is 0.23-0.58x antithetic's on vote games of
+  zoo v4 unions and a planted vote game at n = 10-12 (at most 0.5x from ~190 coalitions on, except the last),
+  0.58-0.85x on a pool of near-clones and 0.8-1.1x on an oracle router's game (``benchmarks/regression_shapley.py``).
 
 A protocol whose coalitions are computed from its members' answers (``vote``) values up to
 :data:`MAX_COMPUTED_EXACT_PLAYERS` models exactly; played coalitions up to :data:`MAX_EXACT_PLAYERS`.
