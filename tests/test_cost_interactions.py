@@ -128,7 +128,8 @@ def test_cost_is_counted_as_deployed_and_cached(tmp_path, task):
     again = CoalitionGame("vote", pool, task, cache_dir=tmp_path, progress=False)
     cached = again.spends(masks)
     assert again.evaluations == 0 and all(np.array_equal(cached[m].tokens, a[m].tokens) for m in masks)
-    path = memo._path(0b011)
+    assert not memo._path(0b011).exists()  # vote's larger coalitions are computed from its singles, never stored
+    path = memo._path(0b001)
     record = json.loads(path.read_text())
     assert set(record["spend"]) == {"calls", "prompt_tokens", "generated_tokens", "seconds"}
     del record["spend"]  # an entry without cost (as version 2 wrote them) is played again, with a warning

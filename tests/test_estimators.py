@@ -55,8 +55,8 @@ def loo(v: dict[int, np.ndarray], n: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------- the registered estimators
 def test_registry_names_and_the_public_tuple_still_read_the_same():
-    assert tuple(ESTIMATORS) == ("exact", "loo", "permutation", "antithetic") and ESTIMATORS[0] == "exact"
-    assert tuple(SAMPLED_ESTIMATORS) == ("permutation", "antithetic")
+    assert tuple(ESTIMATORS) == ("exact", "loo", "permutation", "antithetic", "regression") and ESTIMATORS[0] == "exact"
+    assert tuple(SAMPLED_ESTIMATORS) == ("permutation", "antithetic", "regression")
     assert valuation.ESTIMATORS is ESTIMATORS and "exact" in ESTIMATORS and ", ".join(ESTIMATORS)
     with pytest.raises(ConfigError, match="unknown estimator 'shap'; choose one of .*exact"):
         estimator_class("shap")
@@ -131,8 +131,8 @@ def test_budget_errors_are_one_line_in_the_callers_spelling():
     perm, exact, anti = (estimator_class(e) for e in ("permutation", "exact", "antithetic"))
     cases = [(perm, None, False, r"^estimator='permutation' needs budget=<number of permutations> \(e\.g\. budget=200\)$"),
              (perm, None, True, r"^--estimator permutation needs --budget N, the number of permutations \(e\.g\. --budget 200\)$"),
-             (exact, 10, False, r"^budget only applies to estimator='permutation' or 'antithetic', not 'exact'$"),
-             (exact, 10, True, r"^--budget only applies to --estimator permutation or antithetic, not exact$"),
+             (exact, 10, False, r"^budget only applies to estimator='permutation', 'antithetic' or 'regression', not 'exact'$"),
+             (exact, 10, True, r"^--budget only applies to --estimator permutation, antithetic or regression, not exact$"),
              (perm, 1, True, r"^--budget must be an int >= 2 permutations"),
              (perm, True, False, r"^budget must be an int >= 2 permutations"),
              (anti, 5, False, r"^estimator='antithetic' pairs each permutation with its reverse, so the budget must be even, got 5$"),

@@ -199,15 +199,17 @@ def test_rerun_is_free_and_a_changed_config_reruns_exactly_its_cells(tmp_path):
 def test_dry_run_counts_runs_calls_and_shared_coalitions(tmp_path):
     config = load_config(scripted_config(tmp_path / "out", protocols={"vote": {}, "debate": {"options": {"rounds": 2}}}))
     planned = {c.id: c for c in study.plan(config)}
-    # "four" first: vote 15 coalitions (its singles are the models alone); debate 15 + the same singles
+    # "four" first: vote plays its 4 singles (the models alone; its other coalitions are computed from their
+    # answers); debate 15 + the same singles
     four_vote = planned["valuation/four/vote/arith/seed0"].cost
     four_debate = planned["valuation/four/debate/arith/seed0"].cost
-    assert (four_vote["runs"], four_debate["runs"]) == (15, 15)
+    assert (four_vote["runs"], four_debate["runs"]) == (4, 15)
+    assert four_vote["calls"] == 60 * 4  # each model once per question
     # debate with 2 rounds: each member answers twice; sum over coalitions of 2|S| calls per question
     assert four_debate["calls"] == 60 * sum(2 * bin(m).count("1") for m in range(1, 16))
     assert four_debate["tokens"] == four_debate["calls"] * 256
     text = study.describe_plan(config, list(planned.values()))
-    assert "| valuation | 4 | 0 | 44 coalition runs |" in text  # 15 + 15 + 7 + 7
+    assert "| valuation | 4 | 0 | 29 coalition runs |" in text  # 4 + 15 + 3 + 7: vote's coalitions come from its 4 solo runs
     assert "| four | 4 | 60 | 2 | 0.0833 | 0.00 (untestable: 4 models never give p <= 0.05 (smallest p 0.0833)) |" \
         in text and "4 setting(s) can never reject" in text
     assert not (tmp_path / "out").exists()

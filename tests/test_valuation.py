@@ -142,9 +142,11 @@ def test_run_counts_and_cache(mixed_pool, tmp_path):
         assert r.system_evaluations == n + 1, kw
     r = evaluate("debate", mixed_pool, tasks.load("arith", n=9), estimator="loo", cache_dir=tmp_path, progress=False)
     assert r.system_evaluations == n + 1
-    # vote's one-member coalitions are the individual runs: exact vote = 2^n - 1 runs in all
+    # vote's one-member coalitions are the individual runs, and its other coalitions are computed from
+    # them (no generation): exact vote = n runs in all
     vote = evaluate("vote", mixed_pool, task, cache_dir=tmp_path / "vote", progress=False)
-    assert (vote.individual_evaluations, vote.system_evaluations) == (n, 2**n - 1 - n)
+    assert (vote.individual_evaluations, vote.system_evaluations, vote.coalitions) == (n, 0, 2**n - 1)
+    assert vote.cached_evaluations == 0
 
 
 class Coin(agents.ScriptedAgent):
@@ -408,7 +410,10 @@ def test_bad_input_errors(mixed_pool):
         evaluate("vote", mixed_pool, task, samples=0, cache_dir=False)
     big = agents.pool([agents.ScriptedAgent.expert(f"e{i}", 0.5) for i in range(13)])
     with pytest.raises(ValueError, match="8192 for a pool of 13.*estimator='permutation'"):
-        evaluate("vote", big, task, cache_dir=False, progress=False)
+        evaluate("debate", big, task, cache_dir=False, progress=False)  # played coalitions: 12 at most
+    bigger = agents.pool([agents.ScriptedAgent.expert(f"e{i}", 0.5) for i in range(17)])
+    with pytest.raises(ValueError, match="131072 for a pool of 17.*estimator='permutation'"):
+        evaluate("vote", bigger, task, cache_dir=False, progress=False)  # computed from answers: 16 at most
     with pytest.raises(ValueError, match="unknown protocol"):
         evaluate("nope", mixed_pool, task, cache_dir=False)
 

@@ -95,7 +95,7 @@ def test_adding_a_model_costs_two_to_the_n_coalitions(tmp_path):
     loo_dir = tmp_path / "loo"
     evaluate("vote", agents.pool(experts[:4]), task, estimator="loo", cache_dir=loo_dir, progress=False)
     loo = evaluate("vote", agents.pool(experts), task, estimator="loo", cache_dir=loo_dir, progress=False)
-    assert (loo.system_evaluations, loo.individual_evaluations) == (4 + 1, 1)
+    assert (loo.system_evaluations, loo.individual_evaluations) == (0, 1)  # vote: computed from the models alone
 
 
 def test_pools_sharing_members_share_their_coalitions(tmp_path):
@@ -103,9 +103,9 @@ def test_pools_sharing_members_share_their_coalitions(tmp_path):
     a, b, c, d = (ScriptedAgent.expert(f"x{k}", acc, seed=1) for k, acc in enumerate((0.8, 0.6, 0.5, 0.7)))
     valuation.evaluate("vote", agents.pool([a, b, c]), task, cache_dir=tmp_path, progress=False)
     other = valuation.evaluate("vote", agents.pool([a, b, d]), task, cache_dir=tmp_path, progress=False)
-    # {a}, {b}, {a, b} are the same games in both pools (same members at the same positions); vote's
-    # one-member coalitions are its individual runs, so {d} counts as one
-    assert (other.system_evaluations, other.individual_evaluations, other.cached_evaluations) == (3, 1, 3)
+    # {a}, {b} are the same games in both pools (same members at the same positions); vote's one-member
+    # coalitions are its individual runs and its others are computed from them, so only {d} is played
+    assert (other.system_evaluations, other.individual_evaluations, other.cached_evaluations) == (0, 1, 2)
 
 
 def test_cache_files_name_what_played_and_nothing_else(tmp_path):
@@ -115,8 +115,8 @@ def test_cache_files_name_what_played_and_nothing_else(tmp_path):
 
     task = tasks.load("arith", n=3)
     pool = agents.pool([ScriptedAgent.expert(f"y{k}", 0.5) for k in range(3)])
-    CoalitionGame("vote", pool, task, cache_dir=tmp_path, progress=False).value(0b011)
-    (path,) = (tmp_path / "vote_v0").glob("*.json")
+    CoalitionGame("debate", pool, task, cache_dir=tmp_path, progress=False).value(0b011)
+    (path,) = (tmp_path / "debate_v0").glob("*.json")
     record = json.loads(path.read_text())
     assert record["version"] == CACHE_VERSION == 3 and record["coalition"] == ["model_0", "model_1"]
     assert [m[0] for m in record["describe"]["members"]] == ["model_0", "model_1"]

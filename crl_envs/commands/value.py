@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", default="zoo", help="'zoo', 'scripted', or comma-separated agent specs")
     p.add_argument("--estimator", default="exact", choices=ESTIMATORS,
                    help="; ".join(f"{name}: {estimator_class(name).help}" for name in ESTIMATORS))
-    p.add_argument("--budget", type=int, default=None, help="permutations for the sampled estimators")
+    p.add_argument("--budget", type=int, default=None, help="the sampled estimators' budget: permutations (permutation, antithetic) or sampled coalitions (regression)")
     p.add_argument("--ci-level", type=ci_level, default=0.95, metavar="LEVEL",
                    help="level of the bootstrap CIs, a fraction in (0, 1) (default 0.95)")
     p.add_argument("--n", type=int, default=DEFAULT_QUESTIONS, help=f"number of questions (default {DEFAULT_QUESTIONS})")

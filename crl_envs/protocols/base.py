@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import warnings
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -119,21 +119,80 @@ class Turn:
     text: str
 
 
+def _popcount(x: np.ndarray) -> np.ndarray:
+    """Set bits of each non-negative int64 (numpy >= 2 has it built in; older numpy counts bytes)."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(x)
+    table = np.array([bin(b).count("1") for b in range(256)], dtype=np.int64)
+    x = np.ascontiguousarray(x, dtype=np.int64)
+    return table[x.view(np.uint8).reshape(*x.shape, 8)].sum(axis=-1)
+
+
+def plurality_winners(codes: np.ndarray, masks: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The plurality rule over many coalitions at once: for each row of answers and each coalition, the member
+    whose answer the plurality picks (the first member, in pool order, giving it), or ``-1`` if no member
+    answered. :func:`plurality` and every coalition value computed from answers (:mod:`crl_envs.valuation.game`)
+    use it, so the rule is written once.
+
+    Args:
+        codes: ``(rows, n)`` ints, one row per question (and sample): member ``j``'s answer as a code, equal
+            codes for equal answers, ``-1`` for no answer (unparseable; it does not vote).
+        masks: coalitions as bitmasks over the ``n`` members (bit ``j``: member ``j`` takes part), ``n <= 62``.
+
+    Returns:
+        ``(rows, len(masks))`` member indices. Ties between answers go to the answer whose first giver comes
+        first in pool order.
+
+    Example:
+        >>> plurality_winners(np.array([[0, 1, 1, 0, -1]]), [0b11111, 0b00101, 0b10000]).tolist()
+        [[0, 0, -1]]
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    rows, n = codes.shape
+    if n > 62:
+        raise ConfigError(f"plurality_winners takes at most 62 members (int64 bitmasks), got {n}")
+    masks = np.asarray(masks, dtype=np.int64).reshape(1, -1)
+    bits = np.int64(1) << np.arange(n, dtype=np.int64)
+    # class_mask[r, j]: the members answering as member j does (nobody when j gave no answer)
+    same = (codes[:, :, None] == codes[:, None, :]) & (codes[:, :, None] >= 0)
+    class_mask = (same * bits[None, None, :]).sum(axis=2)
+    winner = np.full((rows, masks.shape[1]), -1, dtype=np.int64)
+    best = np.zeros((rows, masks.shape[1]), dtype=np.int64)
+    for j in range(n):  # j first in its class within S, with strictly more votes than any earlier class
+        present = masks & class_mask[:, j:j + 1]
+        first = (present & (bits[j] - 1)) == 0
+        votes = np.where(first & (masks >> j & 1 == 1), _popcount(present), 0)
+        better = votes > best
+        winner[better], best[better] = j, votes[better]
+    return winner
+
+
 def plurality(answers: Sequence[str | None]) -> str | None:
-    """Most frequent non-``None`` answer; ties go to the tied answer given first.
+    """Most frequent non-``None`` answer; ties go to the tied answer given first (:func:`plurality_winners`).
 
     Example:
         >>> plurality(["3", "4", "4", "3", None])
         '3'
     """
-    counts: dict[str, int] = {}
-    for a in answers:
-        if a is not None:
-            counts[a] = counts.get(a, 0) + 1
-    if not counts:
+    return pick_answer(plurality_winners, answers)
+
+
+def answer_codes(answers: Sequence[str | None]) -> list[int]:
+    """Answers as codes for an aggregation rule: equal answers share a code, ``None`` (no answer) is ``-1``.
+
+    >>> answer_codes(["7", None, "8", "7"])
+    [0, -1, 1, 0]
+    """
+    code = {a: k for k, a in enumerate(dict.fromkeys(a for a in answers if a is not None))}
+    return [-1 if a is None else code[a] for a in answers]
+
+
+def pick_answer(rule: Callable[[np.ndarray, Sequence[int]], np.ndarray], answers: Sequence[str | None]) -> str | None:
+    """The answer an aggregation ``rule`` (as :func:`plurality_winners`) picks from all of ``answers``."""
+    if not answers:
         return None
-    best = max(counts.values())
-    return next(a for a in answers if a is not None and counts[a] == best)
+    winner = int(rule(np.array([answer_codes(answers)]), [(1 << len(answers)) - 1])[0, 0])
+    return None if winner < 0 else answers[winner]
 
 
 class ProtocolEnv(ParallelEnv, abc.ABC):
@@ -154,6 +213,13 @@ class ProtocolEnv(ParallelEnv, abc.ABC):
     empty_value: float = 0.0
     #: The method family (a key of :data:`crl_envs.protocols.FAMILIES`): how the models collaborate.
     FAMILY: str = ""
+    #: For a protocol whose system answer is picked from its members' independent answers (each member answers
+    #: the task's question once, alone, with the same prompt and phase in every coalition, and the episode's
+    #: score is the task's score of the picked answer): the rule that picks it, ``aggregate(codes, masks) ->
+    #: winners`` as :func:`plurality_winners`, which the protocol's own step uses (:func:`pick_answer`). The
+    #: coalition game then computes every coalition from the members' one-member runs, with no generation
+    #: (:class:`crl_envs.valuation.CoalitionGame`). ``None``: the protocol interacts; coalitions are played.
+    aggregate: Callable[[np.ndarray, Sequence[int]], np.ndarray] | None = None
 
     def __new__(cls, *args: Any, **options: Any) -> ProtocolEnv:
         """Keep the keyword options the env is made with (:attr:`env_options`), whatever subclass
@@ -531,5 +597,5 @@ def with_speaker_stops(sampling: SamplingParams, n_agents: int) -> SamplingParam
     return replace(sampling, stop=(*sampling.stop, *speaker_stops(n_agents)))
 
 
-__all__ = ["ProtocolEnv", "Phase", "Outcome", "PendingTurn", "Reply", "Turn", "plurality", "render_messages", "format_answers",
+__all__ = ["ProtocolEnv", "Phase", "Outcome", "PendingTurn", "Reply", "Turn", "plurality", "plurality_winners", "pick_answer", "answer_codes", "render_messages", "format_answers",
            "speaker_stops", "with_speaker_stops", "MAX_ACTION_CHARS"]

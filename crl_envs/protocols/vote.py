@@ -20,13 +20,17 @@ Coalition semantics
 | 1 member | the system is that model alone |
 | 0 members | v(∅) = 0 |
 
+Every member's answer is the same in every coalition (one phase, one prompt, seeds that never depend on the
+coalition), so the valuation computes each coalition's score from the members' one-member runs with the rule
+above (``VoteEnv.aggregate``), with no generation, for pools of up to 16 models.
+
 Version history: v0 — initial release.
 """
 
 from __future__ import annotations
 
 from crl_envs import roster
-from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, plurality
+from crl_envs.protocols.base import Outcome, Phase, ProtocolEnv, pick_answer, plurality_winners
 
 
 class VoteEnv(ProtocolEnv):
@@ -34,11 +38,13 @@ class VoteEnv(ProtocolEnv):
     FAMILY = "aggregation"
     PROMPTS = {"answer": "{question}"}
     empty_value = 0.0
+    #: the plurality (the step's rule, and every coalition's value computed from the members' answers)
+    aggregate = staticmethod(plurality_winners)
 
     def _play(self):
         texts = yield Phase("answer", {a: self.messages("answer") for a in self.members})
         answers = {a: self.extract(texts[a]) for a in self.members}
-        final = plurality([answers[a] for a in self.members])
+        final = pick_answer(self.aggregate, [answers[a] for a in self.members])
         standalone = {a: self.task.score_answer(answers[a], self.example) for a in self.members}
         return Outcome(answer=final, answers=answers, standalone=standalone)
 

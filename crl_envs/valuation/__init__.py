@@ -21,8 +21,8 @@ Example:
     >>> pool = agents.pool([agents.ScriptedAgent.expert(f"e{a}", a) for a in (0.8, 0.6, 0.4)])
     >>> task = crl_envs.tasks.load("arith", n=20)
     >>> report = crl_envs.valuation.evaluate("vote", pool, task, cache_dir=False, progress=False)
-    >>> report.individual_evaluations, report.system_evaluations   # vote's 1-member coalitions = individual runs
-    (3, 4)
+    >>> report.individual_evaluations, report.system_evaluations   # vote plays the models alone; the rest is computed
+    (3, 0)
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def evaluate(
     executor = resolve_executor(executor)
     game = CoalitionGame(protocol, pool, task, samples=samples, seed=seed, sampling=sampling, options=options,
                          cache_dir=cache_dir, progress=progress, executor=executor, memo=memo)
-    est = kind(game.n, budget=budget, seed=seed if permutation_seed is None else permutation_seed)
+    est = kind(game.n, budget=budget, seed=seed if permutation_seed is None else permutation_seed, computed=game.computed)
     if interactions is not None:
         _check_interactions(game.n, interaction_index, interactions, interaction_approximator, interaction_budget)
     alone = individual_game(game)
@@ -194,10 +194,12 @@ def _interactions(game: CoalitionGame, order: int, index: str, approximator: str
 
 def _runs(ran: list, plan: list[int], singles: list[int], alone: CoalitionGame, game: CoalitionGame) -> dict[str, int]:
     """The report's run counts: executed by this call (the protocol's and the models' alone), the
-    coalitions the estimator used, and the distinct runs it needed that came from the cache."""
+    coalitions the estimator used, and the distinct runs it needed that came from the cache (a game that
+    computes its coalitions from answers needs only its one-member runs)."""
     individual = sum(1 for g, m in ran if g is alone and m in singles)
     played = [m for m in plan if m]
-    needed = len(set(played) | set(singles)) if alone is game else len(played) + len(singles)
+    runs = [1 << i for i in range(game.n)] if game.computed else played  # a computed game plays its singles
+    needed = len(set(runs) | set(singles)) if alone is game else len(runs) + len(singles)
     return {"system_evaluations": len(ran) - individual, "individual_evaluations": individual,
             "coalitions": len(played), "cached_evaluations": needed - len(ran)}
 

@@ -18,6 +18,7 @@ from crl_envs.tasks import Task
 from crl_envs.valuation.spend import Spend, spend_of
 from crl_kit.safe_io import atomic_write_json, read_json  # noqa: F401  (the caches' one reader and writer)
 from crl_kit.serial import digest  # noqa: F401  (the one key digest; imported from here by the valuation cache)
+from crl_kit.validation import numbers_problem
 
 
 def members_of(mask: int, n: int) -> list[int]:
@@ -66,16 +67,61 @@ def coalition_scores(run: CoalitionRun, mask: int) -> np.ndarray:
     return coalitions_outcomes(run, [mask])[0][0]
 
 
-def coalitions_outcomes(run: CoalitionRun, masks: list[int]) -> list[tuple[np.ndarray, Spend]]:
+@dataclass(eq=False)
+class SoloAnswers:
+    """What a one-member coalition's member answered: per question, per sample, its extracted answer
+    (``None``: unparseable) and that episode's score. A protocol that picks its answer from its members'
+    independent answers (:attr:`crl_envs.protocols.base.ProtocolEnv.aggregate`) computes every coalition from these."""
+
+    answers: list[list[str | None]]  # [question][sample]
+    scores: np.ndarray  # (questions, samples)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"answers": self.answers, "scores": self.scores.tolist()}
+
+    @classmethod
+    def from_dict(cls, d: Any, questions: int, samples: int) -> tuple[SoloAnswers | None, str]:
+        """The record :meth:`to_dict` wrote, validated (``questions`` x ``samples`` answers, each a str or
+        null, and as many finite scores in [0, 1]), or ``(None, what is wrong)``."""
+        if not isinstance(d, Mapping):
+            return None, "its member's answers are not a record"
+        answers, scores = d.get("answers"), d.get("scores")
+        if not (isinstance(answers, list) and len(answers) == questions and all(
+                isinstance(row, list) and len(row) == samples and all(a is None or isinstance(a, str) for a in row)
+                for row in answers)):
+            return None, f"its member's answers are not {questions} x {samples} strings or nulls"
+        problem = numbers_problem("its member's scores", scores, (questions, samples), low=0, high=1)
+        if problem:
+            return None, problem
+        return cls(answers, np.asarray(scores, dtype=float)), ""
+
+
+def solo_answers(episodes: list, member: str, example_ids: list[str], samples: int) -> SoloAnswers:
+    """The :class:`SoloAnswers` of ``member`` playing alone, from its coalition's episodes."""
+    index = {eid: k for k, eid in enumerate(example_ids)}
+    answers: list[list[str | None]] = [[None] * samples for _ in example_ids]
+    scores = np.zeros((len(example_ids), samples))
+    for ep in episodes:
+        answers[index[ep.example_id]][ep.sample] = ep.answers.get(member)
+        scores[index[ep.example_id], ep.sample] = ep.score
+    return SoloAnswers(answers, scores)
+
+
+def coalitions_outcomes(run: CoalitionRun, masks: list[int]) -> list[tuple[np.ndarray, Spend, SoloAnswers | None]]:
     """Each mask's per-question scores and :class:`~crl_envs.valuation.spend.Spend` (what it cost as
-    deployed), the coalitions played in lockstep; both averaged over samples, in ``run.example_ids`` order."""
+    deployed), the coalitions played in lockstep; both averaged over samples, in ``run.example_ids`` order;
+    and, for a one-member coalition, what its member answered (:class:`SoloAnswers`; ``None`` for others)."""
     index = {eid: k for k, eid in enumerate(run.example_ids)}
+    ids = list(run.pool.ids)
     out = []
-    for episodes in coalitions_episodes(run, list(masks)):
+    for mask, episodes in zip(masks, coalitions_episodes(run, list(masks))):
         totals = np.zeros(len(run.example_ids))
         for ep in episodes:
             totals[index[ep.example_id]] += ep.score
-        out.append((totals / run.samples, spend_of(episodes, run.example_ids, run.samples)))
+        solo = None
+        if mask and not mask & (mask - 1):
+            solo = solo_answers(episodes, ids[mask.bit_length() - 1], run.example_ids, run.samples)
+        out.append((totals / run.samples, spend_of(episodes, run.example_ids, run.samples), solo))
     return out
 
 

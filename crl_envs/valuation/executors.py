@@ -52,7 +52,7 @@ import cloudpickle  # a gymnasium dependency
 import numpy as np
 
 from agents import Agent, Pool
-from crl_envs.valuation.coalition import CoalitionRun, coalitions_outcomes
+from crl_envs.valuation.coalition import CoalitionRun, SoloAnswers, coalitions_outcomes
 from crl_envs.valuation.spend import Spend
 from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError, RunError
 from crl_kit.validation import check_int, did_you_mean
@@ -66,7 +66,7 @@ class CoalitionJob(Protocol):
     def run_spec(self) -> CoalitionRun: ...
 
 
-Done = Callable[[Any, int, tuple[np.ndarray, Spend]], Any]
+Done = Callable[[Any, int, tuple[np.ndarray, Spend, SoloAnswers | None]], Any]
 #: The most episodes one lockstep group of coalitions plays at once (bounds memory and the work a
 #: killed local run loses).
 MAX_LOCKSTEP_EPISODES = 4096
@@ -124,14 +124,14 @@ class Executor(abc.ABC):
         group's masks); ``done`` per coalition as each group's scores arrive."""
         groups = lockstep_groups(jobs, specs, self.coalitions_per_task)
 
-        def finished(g: int, outcomes: list[tuple[np.ndarray, Spend]]) -> None:
+        def finished(g: int, outcomes: list[tuple[np.ndarray, Spend, SoloAnswers | None]]) -> None:
             for j, s in zip(groups[g][1], outcomes):
                 done(jobs[j][0], jobs[j][1], s)
 
         self.map(fn, [(payloads[key], [jobs[j][1] for j in members]) for key, members in groups], finished, bar=bar)
 
 
-def _play_coalitions(payload: tuple[CoalitionRun, list[int]]) -> list[tuple[np.ndarray, Spend]]:
+def _play_coalitions(payload: tuple[CoalitionRun, list[int]]) -> list[tuple[np.ndarray, Spend, SoloAnswers | None]]:
     run, masks = payload
     return coalitions_outcomes(run, masks)
 
@@ -213,7 +213,7 @@ def _portable_run(run: CoalitionRun, put: Callable[[Any], Any], refs: dict[int, 
     return replace(run, pool=_ship(list(run.pool.values()), put, refs), options=_ship(run.options, put, refs))
 
 
-def _play_shipped(payload: tuple[CoalitionRun, list[int]]) -> list[tuple[np.ndarray, Spend]]:
+def _play_shipped(payload: tuple[CoalitionRun, list[int]]) -> list[tuple[np.ndarray, Spend, SoloAnswers | None]]:
     """On a worker: rebuild the run's pool and options (reusing agents this process holds), play the masks."""
     portable, masks = payload
     if not isinstance(portable, CoalitionRun):  # a Ray object-store ref nested in the payload

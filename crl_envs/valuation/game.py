@@ -47,10 +47,12 @@ from agents import Agent, Pool, SamplingParams
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
+from crl_envs.protocols.base import answer_codes
 from crl_envs.runner import ProtocolFactory
 from crl_envs.tasks import Task
 from crl_envs.valuation.coalition import (
     CoalitionRun,
+    SoloAnswers,
     atomic_write_json,
     canonical,
     canonical_sampling,
@@ -60,7 +62,7 @@ from crl_envs.valuation.coalition import (
 )
 from crl_envs.valuation.cost import calls_per_episode, distinct_calls
 from crl_envs.valuation.executors import Executor, resolve_executor
-from crl_envs.valuation.spend import Spend
+from crl_envs.valuation.spend import DETERMINISTIC, Spend
 from crl_kit.errors import ConfigError
 from crl_kit.validation import numbers_problem
 
@@ -145,6 +147,10 @@ class CoalitionGame:
         self._memory: dict[int, np.ndarray] = {}
         self._spend: dict[int, Spend] = {}
         self._probe = probe
+        #: the protocol's rule picking the system's answer from its members' independent answers
+        #: (:attr:`~crl_envs.protocols.base.ProtocolEnv.aggregate`), or ``None``: coalitions are played
+        self.aggregate = type(probe).aggregate
+        self._solo: dict[int, SoloAnswers] = {}
         self._keys: dict[int, str] = {}
         self._costs: dict[int, float] = {}
         self.key = digest(self.describe())
@@ -209,24 +215,84 @@ class CoalitionGame:
         """``v(S)`` per question (shape ``(questions,)``); the empty coalition is ``empty_value``."""
         return self.values([mask])[mask]
 
+    @property
+    def computed(self) -> bool:
+        """Whether coalitions of two or more members are computed from the members' one-member runs (the
+        protocol has an :attr:`aggregate` rule) instead of played."""
+        return self.aggregate is not None
+
     def values(self, masks: Iterable[int]) -> dict[int, np.ndarray]:
-        """``v(S)`` per question for each mask; missing coalitions are played (and cached) by the executor."""
+        """``v(S)`` per question for each mask; missing coalitions are played (and cached) by the executor,
+        or, for a protocol with an :attr:`aggregate` rule, computed from its members' one-member runs."""
         masks = self._check_masks(masks)
-        play_coalitions([(self, masks)])
+        self._complete(masks)
         return {m: self._lookup(m) if m else np.full(len(self.example_ids), self.empty_value) for m in masks}
 
     def spends(self, masks: Iterable[int]) -> dict[int, Spend]:
-        """What each coalition cost per question as deployed (played and cached like its values); the
-        empty coalition costs nothing."""
+        """What each coalition cost per question as deployed (played and cached like its values; a computed
+        coalition costs its members' one-member runs together); the empty coalition costs nothing."""
         masks = self._check_masks(masks)
-        play_coalitions([(self, masks)])
+        self._complete(masks)
         for m in masks:
             self._lookup(m)
         return {m: self._spend[m] if m else Spend.zero(len(self.example_ids)) for m in masks}
 
     def missing(self, masks: Iterable[int]) -> list[int]:
-        """The non-empty coalitions among ``masks`` whose result is not known yet (to be played)."""
-        return [m for m in self._check_masks(masks) if m and self._lookup(m) is None]
+        """The non-empty coalitions among ``masks`` whose result is not known yet and must be played: for a
+        computed game (:attr:`computed`), the one-member coalitions whose member's answers are not known."""
+        masks = self._check_masks(masks)
+        if self.computed:
+            masks = self._singles_of([m for m in masks if m and m not in self._memory])
+        return [m for m in masks if m and self._lookup(m) is None]
+
+    def _singles_of(self, masks: list[int]) -> list[int]:
+        """The one-member coalitions of every member of ``masks``."""
+        union = 0
+        for m in masks:
+            union |= m
+        return [1 << i for i in members_of(union, self.n)]
+
+    def _complete(self, masks: list[int]) -> None:
+        """Make every mask's result known: play what is missing, then compute a computed game's coalitions."""
+        play_coalitions([(self, masks)])
+        if self.computed:
+            todo = [m for m in masks if m and m not in self._memory]
+            if todo:
+                self._compute(todo)
+
+    def _compute(self, masks: list[int]) -> None:
+        """Each coalition's scores and spend from its members' one-member runs, all at once: per question and
+        sample, the protocol's :attr:`aggregate` rule picks the member whose answer the system gives, and the
+        episode scores that member's alone run's score (the task's score of the same answer; no answer at
+        all scores as the members' own unparseable answers do). Averaged over samples in sample order and
+        spent as the members' runs together, as a played run averages and spends."""
+        q, k = len(self.example_ids), self.samples
+        nobody = SoloAnswers([[None] * k for _ in range(q)], np.zeros((q, k)))  # a model in none of the masks
+        solo = [self._solo.get(1 << i, nobody) for i in range(self.n)]
+        codes = np.empty((q * k, self.n), dtype=np.int64)
+        for row, (e, s) in enumerate(np.ndindex(q, k)):
+            codes[row] = answer_codes([solo[i].answers[e][s] for i in range(self.n)])
+        scores = np.stack([x.scores.reshape(-1) for x in solo])  # (n, q * k)
+        for start in range(0, len(masks), 4096):  # bounded memory: rows x 4096 coalitions at a time
+            chunk = np.asarray(masks[start:start + 4096], dtype=np.int64)
+            winner = self.aggregate(codes, chunk)  # (q * k, coalitions)
+            lowest = np.array([(m & -m).bit_length() - 1 for m in chunk.tolist()])
+            winner = np.where(winner < 0, lowest[None, :], winner)
+            picked = scores[winner, np.arange(q * k)[:, None]].reshape(q, k, len(chunk))
+            totals = np.zeros((q, len(chunk)))
+            for s in range(k):
+                totals += picked[:, s]
+            for j, m in enumerate(chunk.tolist()):
+                self._memory[m], self._spend[m] = totals[:, j] / k, self._members_spend(m)
+
+    def _members_spend(self, mask: int) -> Spend:
+        """A computed coalition's spend: its members' one-member runs together. Calls and tokens are whole
+        numbers per episode, so each member's mean over samples times ``samples`` is summed before dividing,
+        as a played run does."""
+        k = self.samples
+        spends = [self._spend[1 << i] for i in members_of(mask, self.n)]
+        fields = [np.rint(sum(np.rint(sp.field(f) * k) for sp in spends)) / k for f in DETERMINISTIC]
+        return Spend(*fields, sum(sp.seconds for sp in spends))
 
     def table(self, masks: Sequence[int]) -> np.ndarray:
         """The ``(len(masks), questions)`` score table of the given coalitions."""
@@ -234,8 +300,9 @@ class CoalitionGame:
         return np.stack([vals[int(m)] for m in masks]) if len(masks) else np.zeros((0, len(self.example_ids)))
 
     def cached(self, mask: int) -> bool:
-        """Whether ``mask``'s result is already known (in memory or on disk)."""
-        return mask == 0 or self._lookup(mask) is not None
+        """Whether ``mask``'s result is already known (in memory or on disk), or, in a computed game, can be
+        computed without playing anything."""
+        return mask == 0 or self._lookup(mask) is not None or (self.computed and not self.missing([mask]))
 
     # ------------------------------------------------------------------ internals
     def _path(self, mask: int) -> Path | None:
@@ -247,39 +314,60 @@ class CoalitionGame:
         path = self._path(mask)
         if path is None or not path.exists():
             return None
-        scores, spend, problem = self._read(path, mask)
+        scores, spend, solo, problem = self._read(path, mask)
         if problem:  # tampered with or damaged: never reported, played again (and the file rewritten)
             warnings.warn(f"coalition cache file {path}: {problem}; ignoring it, the coalition is played again",
                           RuntimeWarning, stacklevel=2)
             return None
+        if self.computed and solo is None:  # written before answers were kept: played again, for them
+            return None
         self._memory[mask], self._spend[mask] = scores, spend
+        if solo is not None:
+            self._solo[mask] = solo
         return scores
 
-    def _read(self, path: Path, mask: int) -> tuple[np.ndarray | None, Spend | None, str]:
-        """A cache file's scores and cost, validated (this coalition's key and questions, one finite
-        score in [0, 1] per question, a :class:`Spend` record), or ``(None, None, what is wrong)``."""
+    def _read(self, path: Path, mask: int) -> tuple[np.ndarray | None, Spend | None, SoloAnswers | None, str]:
+        """A cache file's scores, cost and (one-member coalitions) member's answers, validated (this coalition's
+        key and questions, one finite score in [0, 1] per question, a :class:`Spend` record, answers whose
+        scores average to the scores), or ``(None, None, None, what is wrong)``; answers are ``None`` when the
+        file has none."""
+        record, scores, spend, problem = self._read_scores(path, mask)
+        if problem:
+            return None, None, None, problem
+        if "solo" not in record:
+            return scores, spend, None, ""
+        solo, problem = SoloAnswers.from_dict(record["solo"], len(self.example_ids), self.samples)
+        if not problem and not (mask and not mask & (mask - 1)):
+            problem = "it holds a member's answers but is not a one-member coalition"
+        if not problem and not np.array_equal(_sample_mean(solo.scores), scores):
+            problem = "its member's answers' scores do not average to its scores"
+        return (None, None, None, problem) if problem else (scores, spend, solo, "")
+
+    def _read_scores(self, path: Path, mask: int) -> tuple[dict, np.ndarray | None, Spend | None, str]:
+        """A cache file's record, scores and cost, validated (this coalition's key and questions, one finite
+        score in [0, 1] per question, a :class:`Spend` record), or ``({}, None, None, what is wrong)``."""
         try:
             record = read_json(path)  # a regular file only: a FIFO planted here must not hang us
         except (OSError, ValueError) as e:  # JSON errors, bad UTF-8 and too many digits are ValueErrors
-            return None, None, f"unreadable ({type(e).__name__})"
+            return {}, None, None, f"unreadable ({type(e).__name__})"
         if not isinstance(record, dict):
-            return None, None, f"holds a {type(record).__name__}, not a coalition record"
+            return {}, None, None, f"holds a {type(record).__name__}, not a coalition record"
         if record.get("key") != self.coalition_key(mask):
-            return None, None, "its key is not this coalition's"
+            return {}, None, None, "its key is not this coalition's"
         if record.get("example_ids") != self.example_ids:
-            return None, None, "its questions are not this game's"
+            return {}, None, None, "its questions are not this game's"
         raw = record.get("scores")
         if not isinstance(raw, list) or len(raw) != len(self.example_ids):
-            return None, None, (f"{len(raw) if isinstance(raw, list) else 'no'} scores for "
+            return {}, None, None, (f"{len(raw) if isinstance(raw, list) else 'no'} scores for "
                                 f"{len(self.example_ids)} questions")
         problem = numbers_problem("its scores", raw, (len(self.example_ids),), low=0, high=1)
         if problem:  # a string, NaN, 7.0 or a 400-digit integer (too large for a float): refused, not raised
-            return None, None, problem
+            return {}, None, None, problem
         scores = np.asarray(raw, dtype=float)
         spend, problem = Spend.from_dict(record.get("spend"), len(self.example_ids))
         if problem:
-            return None, None, problem
-        return scores, spend, ""
+            return {}, None, None, problem
+        return record, scores, spend, ""
 
     def _check_masks(self, masks: Iterable[int]) -> list[int]:
         masks = list(dict.fromkeys(int(m) for m in masks))
@@ -294,14 +382,16 @@ class CoalitionGame:
         return CoalitionRun(self.factory, self.pool, self.task, self.samples, self.seed, self.sampling,
                             self.options, list(self.example_ids), memo=self.memo)
 
-    def store(self, mask: int, scores: np.ndarray, spend: Spend) -> None:
-        """Record a coalition's executed run (its scores and what it cost): in memory, and on disk in one
-        atomic write (a reader sees no file or the whole file). Only the process that owns the game (the
-        driver) writes."""
+    def store(self, mask: int, scores: np.ndarray, spend: Spend, solo: SoloAnswers | None = None) -> None:
+        """Record a coalition's executed run (its scores, what it cost and, for one member, what it answered):
+        in memory, and on disk in one atomic write (a reader sees no file or the whole file). Only the process
+        that owns the game (the driver) writes."""
         scores = np.asarray(scores, dtype=float)
         if scores.shape != (len(self.example_ids),):
             raise ConfigError(f"coalition {mask}: {scores.shape} scores for {len(self.example_ids)} questions")
         self._memory[mask], self._spend[mask] = scores, spend
+        if solo is not None:
+            self._solo[mask] = solo
         self.evaluations += 1
         path = self._path(mask)
         if path is not None:
@@ -310,11 +400,19 @@ class CoalitionGame:
                 "coalition": [self.ids[i] for i in members_of(mask, self.n)],
                 "describe": self.describe_coalition(mask), "protocol": self.protocol_name,
                 "empty_value": self.empty_value, "example_ids": self.example_ids, "scores": scores.tolist(),
-                "spend": spend.to_dict(),
+                "spend": spend.to_dict(), **({} if solo is None else {"solo": solo.to_dict()}),
             })
 
     def __repr__(self) -> str:
         return f"CoalitionGame({self.protocol_name}, {self.pool!r}, {self.task!r}, key={self.key[:12]})"
+
+
+def _sample_mean(scores: np.ndarray) -> np.ndarray:
+    """Per-question means of ``(questions, samples)`` scores, summed in sample order as a played run sums them."""
+    totals = np.zeros(scores.shape[0])
+    for s in range(scores.shape[1]):
+        totals += scores[:, s]
+    return totals / scores.shape[1]
 
 
 def play_coalitions(jobs: Sequence[tuple[CoalitionGame, Iterable[int]]]) -> list[tuple[CoalitionGame, int]]:

@@ -78,12 +78,14 @@ class ValuationCell(Cell):
             s = cell.spec
             names = member_names(s["pool"])
             kind, budget = cell.estimator_kind(len(names))
-            per_size = kind.coalitions_per_size(len(names), budget)
+            # a protocol that computes its coalitions from answers plays only its one-member coalitions
+            per_size = {1: float(len(names))} if cell.computed else kind.coalitions_per_size(len(names), budget)
             cell._refuse_large(kind, sum(per_size.values()))
             if not distinct or sum(per_size.values()) > LISTED_COALITIONS or (s["budget"] or 0) > LISTED_COALITIONS:
                 costs.append(cell._every_request(names, per_size, calls_memo))
                 continue
-            played, runs, episodes = cell._distinct_runs(kind(len(names), budget=budget, seed=s["seed"]), names, seen)
+            est = kind(len(names), budget=budget, seed=s["seed"], computed=cell.computed)
+            played, runs, episodes = cell._distinct_runs(est, names, seen)
             memo_key = digest([s["pool"], s["task"], s["samples"], s["seed"], s["sampling"]]) \
                 if config.executor.kind == "local" else cell.id
             turns.setdefault(memo_key, []).append((len(costs), played))
@@ -102,6 +104,15 @@ class ValuationCell(Cell):
         for one that takes none)."""
         kind = estimator_class(estimator_for(n, self.spec["estimator"]))
         return kind, self.spec["budget"] if kind.budget_unit is not None else None
+
+    @property
+    def computed(self) -> bool:
+        """Whether the protocol computes its coalitions from its members' one-member runs (an ``aggregate``
+        rule, as vote): then only those are played (:attr:`crl_envs.valuation.CoalitionGame.computed`)."""
+        from crl_envs import protocols
+
+        made = protocols.env_class(protocols.get(self.spec["protocol"]["protocol"]))
+        return made is not None and made.aggregate is not None
 
     def _refuse_large(self, kind: type[Estimator], runs: float) -> None:
         if runs > MAX_COALITION_RUNS:
@@ -132,7 +143,7 @@ class ValuationCell(Cell):
         s = self.spec
         n, questions = len(names), s["task"]["n"] or 100
         common = [s["protocol"], s["task"], s["samples"], s["seed"], s["sampling"]]
-        jobs = [("protocol", m) for m in est.coalitions() if m] + \
+        jobs = [("protocol", m) for m in est.coalitions() if m and (not self.computed or not m & (m - 1))] + \
             [("alone", 1 << i) for i in range(n)]
         played_runs: list[tuple] = []
         runs = episodes = 0.0
