@@ -1,6 +1,13 @@
 """A study's config: pools, protocols, tasks, valuation, training, sampling, executor; validated before
 any work, each error one line naming the key and the fix.
 
+Each option is declared once, as a field of the dataclass of its section (:class:`StudyConfig`'s ``[study]``
+fields, :class:`TaskConfig`, :class:`ProtocolConfig`, :class:`ValuationConfig`, :class:`TrainingConfig`,
+:class:`SetupConfig`, :class:`SamplingOptions`, :class:`ExecutorConfig`): its type, default, bounds and help
+(:func:`option`, in the style of TRL's config dataclasses). One loader (:func:`_read`) reads every section by
+those declarations; each section then checks what spans sections (labels, registries, the learners against the
+pool). :func:`option_reference` prints them all (docs/studies.md, "Every option").
+
 A config is a TOML file (``tomllib``) or the same structure as a dict. Every section but ``[pools]``,
 ``[tasks]`` and one of ``[protocols]`` / ``[training]`` is optional:
 
@@ -19,7 +26,7 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
     [tasks.arith]                       # label = a task: crl_envs.tasks.load(name, split, n, seed, **options)
     name = "arith"
     n = 100
-    max_new_tokens = 24                 # this task's answer length (valuation and training); default [sampling]'s
+    max_new_tokens = 24                 # this task's answer length (valuation and training)
 
     [protocols.debate]                  # label = a protocol (default: the label) and its options
     options = {rounds = 2}
@@ -27,25 +34,21 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
     [valuation]                         # one cell per pool x protocol x task x seed: valuation.evaluate
     estimator = "exact"                 # or {exact_up_to = 6, larger = "loo"} (estimator per pool size)
     seeds = [0]
-    alpha = 0.05
     delta = 0.3                         # "decoupled": the CI of tau inside (-delta, +delta) (crl_envs.stats)
-
-    pool_tasks = {zoo = ["arith"]}      # optional: a pool valued on some tasks only (default: every task)
+    pool_tasks = {zoo = ["arith"]}      # optional: a pool valued on some tasks only
 
     [valuation.families]                # optional: family label = protocol labels or library families
-    api = ["routing", "cascade"]        # default: each protocol's library family (crl_envs.protocols.FAMILIES)
+    api = ["routing", "cascade"]
     text = ["aggregation", "judging", "text exchange"]
 
     [training]                          # one cell per setup x task x trainer x seed: a trainer's fit()
     pool = "zoo"                        # one pool, apart from [valuation] pools
     learner = "model_4"                 # or learners = ["model_3", "model_4"] (several, trained together),
                                         #   schedule = "joint" | "round_robin"; a setup may set its own
-    trainers = ["crl", "grpo", "placebo"]   # default: trainers.ROSTER (every trainer, Shapley credit and the placebo)
-    crossplay = false                   # true: crossplay cells (trained learners with unseen partners)
+    trainers = ["crl", "grpo", "placebo"]
     tasks = ["arith"]
-    seeds = [0, 1, 2]                   # the default: 3 seeds
-    steps = 24                          # defaults of steps, learning_rate, questions_per_step and
-    learning_rate = 1e-3                #   num_generations: trainers.TrainerConfig's
+    seeds = [0, 1, 2]
+    steps = 24                          # steps and learning_rate: every setup's (a setup may set its own)
 
     [training.lr_rule]                  # optional, instead of learning_rate: a sweep chooses it before the
     candidates = [1e-3, 1e-4, 3e-5]     #   comparison (crl_envs.study.gates.LearningRateRule): GRPO on its own
@@ -58,21 +61,21 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
 
     [sampling]                          # the valuation's sampling (training evaluates greedily)
     temperature = 0.0
-    max_new_tokens = 24                 # default trainers.TrainerConfig's; a task's max_new_tokens wins
 
     [executor]
     kind = "local"                      # "processes" (workers = 2) or "ray" (address = "head:6379")
-    coalitions_per_task = 4             # optional: coalitions per lockstep group (default: the executor's)
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import math
 import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +95,8 @@ MAX_NEW_TOKENS = 1 << 16
 #: plan is refused before it is built (its figure and the key to change named).
 MAX_CELLS = 10_000
 MAX_COALITION_RUNS = 1_000_000
+#: An option with no default (:class:`Option`): the config must give it.
+REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
 
 
 class StudyConfigError(ConfigError):
@@ -112,13 +117,6 @@ def _check_label(key: str, label: Any, what: str) -> str:
         raise _error(key, f"a {what} label is 1 to {MAX_LABEL} letters, digits, '-', '_' or '.' (starting with a "
                           f"letter or digit), got {shown}; rename it")
     return label
-
-
-def _max_new_tokens(key: str, value: Any) -> int:
-    value = _int(key, value, 1, "24")
-    if value > MAX_NEW_TOKENS:
-        raise _error(key, f"must be at most {MAX_NEW_TOKENS:,} (an answer's tokens), got {value:,}")
-    return value
 
 
 def _unknown_keys(key: str, given: Mapping[str, Any], valid: Sequence[str]) -> None:
@@ -173,7 +171,146 @@ def _seeds(key: str, value: Any) -> list[int]:
     return [_int(f"{key}[{i}]", s) for i, s in enumerate(value)]
 
 
+# ---------------------------------------------------------------------- the declarations
+@dataclass(frozen=True)
+class Option:
+    """How one option of the study TOML is read: ``kind`` (its check), ``default`` (the value when it is left out;
+    a callable is asked, for defaults that live elsewhere such as :class:`trainers.TrainerConfig`'s; ``None``:
+    optional), bounds and an example for the error. The field's ``metadata["help"]`` says what it does."""
+
+    kind: str
+    default: Any = None
+    low: float | None = None
+    high: float | None = None
+    example: str = ""
+    #: a number strictly inside (low, high); an int option that may also be left unset (None)
+    strict: bool = False
+    nullable: bool = False
+
+    def describe(self) -> str:
+        """The check, as the option reference shows it (e.g. ``int >= 1``, ``number in (0, 1)``)."""
+        kind = {"tokens": f"int in [1, {MAX_NEW_TOKENS}]", "any": "", "seeds": "list of ints",
+                "split": "str"}.get(self.kind, self.kind)
+        if self.low is not None and self.high is not None:
+            return f"{kind} in {'(' if self.strict else '['}{self.low:g}, {self.high:g}{')' if self.strict else ']'}"
+        return f"{kind} >= {self.low:g}" if self.low is not None else kind
+
+    def default_value(self) -> Any:
+        if self.default is REQUIRED:
+            return REQUIRED
+        return self.default() if callable(self.default) else copy.deepcopy(self.default)
+
+
+def option(help: str, kind: str = "any", default: Any = None, **check: Any) -> Any:
+    """A dataclass field declaring one option, as TRL's config dataclasses do (``metadata["help"]``), with its
+    :class:`Option` (``metadata["option"]``) that the one loader (:func:`_read`) checks values by. Kinds:
+    ``int``, ``number``, ``bool``, ``str``, ``split``, ``seeds``, ``tokens`` (an answer length), ``table``,
+    ``any`` (checked by its section, against other sections: labels, registries)."""
+    declared = Option(kind, default, **check)
+    metadata = {"help": help, "option": declared}
+    if callable(default) or default is REQUIRED:
+        return field(metadata=metadata)
+    if isinstance(default, (list, dict)):
+        return field(default_factory=declared.default_value, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def options_of(cls: type, *names: str) -> dict[str, Option]:
+    """``cls``'s declared options (all, or ``names``), in declaration order."""
+    declared = {f.name: f.metadata["option"] for f in fields(cls) if "option" in f.metadata}
+    return {n: declared[n] for n in names} if names else declared
+
+
+def _read(key: str, spec: Mapping[str, Any], declared: Mapping[str, Option],
+          defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The one loader: refuse a key that is not declared, then check each declared option's value (given, else
+    ``defaults``', else its declared default) by its kind. Returns name -> checked value."""
+    _unknown_keys(key, spec, list(declared))
+    defaults = defaults or {}
+    out = {}
+    for name, opt in declared.items():
+        value = spec[name] if name in spec else defaults[name] if name in defaults else opt.default_value()
+        if value is REQUIRED:
+            raise _error(f"{key}.{name}", f"is required{f' (e.g. {name} = {opt.example})' if opt.example else ''}")
+        out[name] = _checked(f"{key}.{name}", opt, value)
+    return out
+
+
+def _checked(key: str, opt: Option, value: Any) -> Any:
+    """``value`` checked (and normalised: ints, floats, lists) as ``opt`` declares, or one line naming ``key``."""
+    if value is None and (opt.default is None or opt.nullable):
+        return None
+    if opt.kind == "int":
+        return _int(key, value, None if opt.low is None else int(opt.low), opt.example)
+    if opt.kind == "tokens":
+        value = _int(key, value, 1, "24")
+        if value > MAX_NEW_TOKENS:
+            raise _error(key, f"must be at most {MAX_NEW_TOKENS:,} (an answer's tokens), got {value:,}")
+        return value
+    if opt.kind == "number":
+        value = _number(key, value, opt.low, opt.high, opt.example)
+        if opt.strict and not opt.low < value < opt.high:
+            raise _error(key, f"must lie strictly between {opt.low:g} and {opt.high:g} (e.g. {opt.example}), "
+                              f"got {value!r}")
+        return value
+    if opt.kind == "bool" and not isinstance(value, bool):
+        raise _error(key, f"must be true or false, got {value!r}")
+    if opt.kind == "str" and not isinstance(value, str):
+        raise _error(key, f"must be a string, got {value!r}")
+    if opt.kind == "split" and not isinstance(value, str):
+        raise _error(key, f"must be a split name such as \"test\", got {value!r}")
+    if opt.kind == "seeds":
+        return _seeds(key, value)
+    if opt.kind == "table":
+        return _table(key, value)
+    return value
+
+
+def option_reference() -> str:
+    """Every option of the study TOML as Markdown tables, one per section, generated from the declarations
+    (docs/studies.md holds this text; a test keeps the two equal)."""
+    from crl_envs.study.gates import LearningRateRule
+
+    sections = [("[study]", StudyConfig, ()), ("[pools] scripted member {...}", ScriptedMember, ()),
+                ("[tasks.<label>]", TaskConfig, ()), ("[protocols.<label>]", ProtocolConfig, ()),
+                ("[valuation]", ValuationConfig, ()), ("[valuation] estimator = {...}", EstimatorRule, ()),
+                ("[training]", TrainingConfig, SETUP_DEFAULTS), ("[training.setups.<label>]", SetupConfig, ()),
+                ("[training.lr_rule]", LearningRateRule, ()), ("[sampling]", SamplingOptions, ()),
+                ("[executor]", ExecutorConfig, ())]
+    lines = []
+    for title, cls, borrowed in sections:
+        lines += [f"`{title}`", "", "| option | type | default | help |", "|---|---|---|---|"]
+        found = [(f, cls) for f in fields(cls) if "help" in f.metadata]
+        found += [(f, SetupConfig) for f in fields(SetupConfig) if f.name in borrowed]
+        for f, _ in found:
+            opt = f.metadata.get("option")
+            default = f.default if opt is None else opt.default
+            shown = "" if default is None or default is REQUIRED or default is MISSING else \
+                f"`{json.dumps(default())}` ({default.__qualname__})" if callable(default) else f"`{json.dumps(default)}`"
+            lines.append(f"| `{f.name}` | {'' if opt is None else opt.describe()} | {shown} | {f.metadata['help'].replace('<', '&lt;')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------- the parts
+def _trainer_default(name: str) -> Any:
+    """A default that :class:`trainers.TrainerConfig` declares (asked when a config is read, not copied here)."""
+    def default() -> Any:
+        return _trainer_defaults()[name]
+
+    default.__qualname__ = f"trainers.TrainerConfig.{name}"
+    return default
+
+
+def _roster() -> list[str]:
+    from trainers import ROSTER
+
+    return list(ROSTER)
+
+
+_roster.__qualname__ = "trainers.ROSTER"
+
+
 @dataclass(frozen=True)
 class PoolConfig:
     """A pool: a named pool (``"zoo"``) or members (agent specs, or ``{expert = 0.8}`` scripted experts)."""
@@ -188,18 +325,30 @@ class PoolConfig:
                                                           for m in self.members]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class ScriptedMember:
+    """A scripted pool member, ``{expert = 0.8}``: ``agents.ScriptedAgent.expert(name, accuracy, seed)`` (the
+    pool keeps the table as written; this declares its keys)."""
+
+    expert: float = option("the expert's accuracy, in [0, 1] (required)", "number", REQUIRED, low=0.0, high=1.0,
+                           example="0.8")
+    name: str | None = option("its name (default: expert-<accuracy>)", "str")
+    seed: int | None = option("its seed", "int")
+
+
+@dataclass(frozen=True, kw_only=True)
 class TaskConfig:
     """A task; ``max_new_tokens`` (``None``: ``[sampling]``'s) is its answer length, kept out of
     :meth:`describe` since it is sampling (cells carry it in their sampling)."""
 
     label: str
-    name: str
-    n: int | None
-    split: str | None
-    seed: int
-    options: dict[str, Any]
-    max_new_tokens: int | None = None
+    name: str = option("a task of crl_envs.tasks (default: the label)")
+    n: int | None = option("questions (default: the task's)", "int", low=1, example="n = 100")
+    split: str | None = option("the split (default: the task's)", "split")
+    seed: int = option("the seed drawing the questions", "int", 0)
+    options: dict[str, Any] = option("the task's own options (crl_envs.tasks.load's keywords)", "table", {})
+    max_new_tokens: int | None = option("this task's answer length, for valuation and training (default: "
+                                        "[sampling]'s)", "tokens")
     content: str | None = None  # a digest of the loaded examples (see _task_content)
 
     def describe(self) -> dict[str, Any]:
@@ -207,31 +356,49 @@ class TaskConfig:
         return d if self.content is None else {**d, "content": self.content}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProtocolConfig:
     label: str
-    protocol: str
-    options: dict[str, Any]
+    protocol: str = option("a protocol of crl_envs.protocols (default: the label)")
+    options: dict[str, Any] = option("the protocol's options (checked by crl_envs.protocols.check_options)",
+                                     "table", {})
 
     def describe(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "options": self.options}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class EstimatorRule:
+    """``[valuation] estimator = {exact_up_to = 6, larger = "loo"}``: an estimator per pool size."""
+
+    exact_up_to: int = option("pools of at most this many models are valued exactly", "int", 8, low=1, example="8")
+    larger: str = option("the estimator of larger pools (crl_envs.valuation.estimators.ESTIMATORS)", "any", "loo")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ValuationConfig:
-    pools: list[str]
-    protocols: list[str]
-    tasks: list[str]
-    estimator: str | dict[str, Any]
-    samples: int
-    seeds: list[int]
-    budget: int | None
-    alpha: float
-    ci_level: float
-    bootstrap_resamples: int
-    delta: float = 0.3
-    families: dict[str, str] = field(default_factory=dict)  # protocol label -> family label
-    pool_tasks: dict[str, list[str]] = field(default_factory=dict)  # pool label -> its tasks (default: tasks)
+    pools: list[str] = option("the pools valued (default: every pool)")
+    protocols: list[str] = option("the protocols valued (default: every protocol)")
+    tasks: list[str] = option("the tasks valued (default: every task)")
+    estimator: str | dict[str, Any] = option("an estimator of crl_envs.valuation.estimators, or {exact_up_to = 6, "
+                                             "larger = \"loo\"} (an estimator per pool size)", "any", "exact")
+    samples: int = option("episodes per coalition and question", "int", 1, low=1, example="1")
+    seeds: list[int] = option("one cell per seed", "seeds", [0])
+    budget: int | None = option("permutations of the sampled estimators (permutation, antithetic; required there)",
+                                "int", low=2, example="200")
+    alpha: float = option("the verdicts' significance level", "number", 0.05, low=0.0, high=1.0, example="0.05",
+                          strict=True)
+    ci_level: float = option("the level of the values' bootstrap CIs", "number", 0.95, low=0.0, high=1.0,
+                             example="0.95", strict=True)
+    bootstrap_resamples: int = option("question-bootstrap resamples", "int", 2000, low=1, example="2000")
+    delta: float = option("\"decoupled\": the CI of tau inside (-delta, +delta) (crl_envs.stats)", "number", 0.3,
+                          low=0.0, high=1.0, example="0.3", strict=True)
+    #: protocol label -> family label
+    families: dict[str, str] = option("family label = protocol labels or library families (default: each "
+                                      "protocol's library family, crl_envs.protocols.FAMILIES)", "table", {})
+    #: pool label -> its tasks (default: tasks)
+    pool_tasks: dict[str, list[str]] = option("pool label = the tasks it is valued on (default: every valued task)",
+                                              "table", {})
 
     def tasks_of(self, pool: str) -> list[str]:
         """The tasks pool ``pool`` is valued on: its ``pool_tasks`` entry, else ``tasks``."""
@@ -242,65 +409,97 @@ class ValuationConfig:
         return estimator_for(n, self.estimator)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SetupConfig:
+    """``[training.setups.<label>]``; ``steps``, ``learning_rate``, ``learners`` and ``schedule`` set in
+    ``[training]`` are every setup's default (:data:`SETUP_DEFAULTS`)."""
+
     label: str
-    protocol: str
-    options: dict[str, Any]
-    steps: int
-    learning_rate: float
+    protocol: str = option("a [protocols] label or a protocol name (default: the label)")
+    options: dict[str, Any] = option("the protocol's options; {learner} is the setup's first learner", "table", {})
+    steps: int = option("training steps, the same for every trainer", "int", _trainer_default("steps"), low=1,
+                        example="24")
+    learning_rate: float = option("the learning rate, the same for every trainer (or [training.lr_rule])", "number",
+                                  _trainer_default("learning_rate"), low=0.0, high=1.0, example="1e-3")
     #: the pool members trained together in this setup (one: the single-learner case)
-    learners: tuple[str, ...] = ()
+    learners: tuple[str, ...] = option("pool agent ids trained together, e.g. [\"model_3\", \"model_4\"] (default: "
+                                       "[training]'s learner)")
     #: with several learners, ``"joint"`` or ``"round_robin"`` (:data:`trainers.config.SCHEDULES`)
-    schedule: str = "joint"
+    schedule: str = option("with several learners, \"joint\" or \"round_robin\" (trainers.config.SCHEDULES)",
+                           "any", "joint")
 
 
-@dataclass(frozen=True)
+#: The options of a setup that ``[training]`` sets for every setup.
+SETUP_DEFAULTS = ("steps", "learning_rate", "learners", "schedule")
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainingConfig:
     """``[training]``: every trainer gets each setup's ``steps`` and ``learning_rate`` (one budget and one
     learning-rate rule for all); defaults are :class:`trainers.TrainerConfig`'s."""
 
-    pool: str
-    learner: str
-    setups: dict[str, SetupConfig]
-    tasks: list[str]
-    trainers: list[str]
-    seeds: list[int]
-    questions_per_step: int
-    num_generations: int
-    n_train: int
-    n_eval: int
-    train_split: str
-    eval_split: str
-    shapley_coalitions: int | None
-    lora: dict[str, Any] | None
-    bootstrap_resamples: int
-    ci_level: float
-    alpha: float
-    threads: int
+    pool: str = option("the pool trained in (one [pools] label, apart from [valuation]'s)")
+    learner: str = option("the pool agent id trained (or learners = [...]: several, trained together)", "any",
+                          "model_0")
+    setups: dict[str, SetupConfig] = option("label = a setup: [training.setups.<label>] (at least one)", "table", {})
+    tasks: list[str] = option("the tasks trained on (default: every task)")
+    trainers: list[str] = option("names of trainers.ROSTER (default: all of them)", "any", _roster)
+    seeds: list[int] = option("one training cell per trainer and seed", "seeds", [0, 1, 2])
+    questions_per_step: int = option("questions per training step", "int", _trainer_default("questions_per_step"),
+                                     low=1, example="8")
+    num_generations: int = option("generations per question (G)", "int", _trainer_default("num_generations"), low=2,
+                                  example="8")
+    n_train: int = option("training questions", "int", 1000, low=1, example="1000")
+    n_eval: int = option("held-out evaluation questions", "int", 200, low=1, example="200")
+    train_split: str = option("the split trained on", "split", "train")
+    eval_split: str = option("the held-out split evaluated on", "split", "test")
+    shapley_coalitions: int | None = option("coalitions per question of the Shapley-credit trainer "
+                                            "(coalitions_per_question)", "int", 2, low=1, example="2", nullable=True)
+    lora: dict[str, Any] | None = option("LoRA adapters: {r, alpha, dropout, target_modules} (default: full "
+                                         "fine-tuning)", "table")
+    bootstrap_resamples: int = option("bootstrap resamples of the deltas' CIs", "int", 5000, low=1)
+    ci_level: float = option("the level of the deltas' CIs", "number", 0.95, low=0.5, high=0.999, example="0.95")
+    alpha: float = option("the comparisons' significance level", "number", 0.05, low=0.0, high=1.0, example="0.05",
+                          strict=True)
+    threads: int = option("torch threads per training cell", "int", 1, low=1, example="1")
     #: after each training cell, play its learners with partners they never trained with (crossplay cells)
-    crossplay: bool = False
+    crossplay: bool = option("after each training cell, play its learners with partners they never trained with",
+                             "bool", False)
     #: ``[training.lr_rule]``: the learning rate chosen before the comparison by a sweep (None: the setups' rates)
-    lr_rule: Any = None
+    lr_rule: Any = option("[training.lr_rule] (crl_envs.study.gates.LearningRateRule): a sweep chooses the "
+                          "learning rate before the comparison")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class SamplingOptions:
+    """``[sampling]``: the valuation's sampling (training evaluates greedily); read into ``StudyConfig.sampling``
+    as a dict."""
+
+    temperature: float = option("sampling temperature", "number", 0.0, low=0.0, high=10.0, example="0.0")
+    top_p: float = option("nucleus sampling's p, > 0", "number", 1.0, low=0.0, high=1.0, example="1.0")
+    max_new_tokens: int = option("every task's answer length (a task's max_new_tokens wins)", "tokens",
+                                 _trainer_default("max_new_tokens"))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExecutorConfig:
-    kind: str
-    workers: int | None
-    address: str | None
-    num_cpus: float
+    kind: str = option("\"local\", \"processes\" or \"ray\" (crl_envs.valuation.executors.EXECUTORS)", "any", "local")
+    workers: int | None = option("worker processes (kind = \"processes\" only)", "int", low=1, example="2")
+    address: str | None = option("the Ray head, \"host:port\", \"auto\" or \"local\" (kind = \"ray\" only)")
+    num_cpus: float = option("CPUs a Ray cell asks for", "number", 1, low=0.01, example="1")
     #: coalitions one lockstep group plays (None: the executor's default, a whole game locally and one
     #: coalition per task on processes and Ray); fewer means smaller batches, but a killed run loses less
-    coalitions_per_task: int | None = None
+    coalitions_per_task: int | None = option("coalitions per lockstep group (default: a whole game locally, one "
+                                             "per task on processes and Ray); fewer loses less to a kill", "int",
+                                             low=1, example="4")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StudyConfig:
     """A validated study config (see the module docstring for the format)."""
 
-    name: str
-    out: Path
+    name: str = option("names the study (default: the config file's stem)")
+    out: Path = option("where cells, logs, study.json, study.md and plots go (default: runs/<name>)")
     pools: dict[str, PoolConfig]
     tasks: dict[str, TaskConfig]
     protocols: dict[str, ProtocolConfig]
@@ -311,7 +510,8 @@ class StudyConfig:
     source: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     #: trackers the training runs and the study's tables are logged to (:mod:`crl_envs.tracking`)
-    trackers: tuple[str, ...] = ()
+    trackers: tuple[str, ...] = option("log training runs and the tables to these (crl_envs.tracking), e.g. "
+                                       "[\"mlflow\", \"trackio\"]", "any", ())
 
     def sampling_for(self, task: str) -> dict[str, Any]:
         """``[sampling]`` with the task's own ``max_new_tokens`` where it sets one (valuation and training)."""
@@ -319,7 +519,7 @@ class StudyConfig:
         return self.sampling if own is None else {**self.sampling, "max_new_tokens": own}
 
 
-# ---------------------------------------------------------------------- parsing
+# ---------------------------------------------------------------------- reading
 def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.PathLike | None = None) -> StudyConfig:
     """Read and validate a study config (a TOML path or a dict); ``out`` overrides ``[study] out``.
 
@@ -344,18 +544,7 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
     else:
         raise StudyConfigError(f"study config must be a path to a .toml file or a dict, got {type(config).__name__}")
     _unknown_keys("", raw, SECTIONS)
-    study = _table("study", raw.get("study"))
-    _unknown_keys("study", study, ["name", "out", "trackers"])
-    try:
-        trackers = check_trackers(study.get("trackers", []), "trackers")
-    except (TypeError, ValueError) as e:
-        raise _error("study.trackers", str(e).removeprefix("trackers: ")) from None
-    name = study.get("name", source.stem if source else "study")
-    _check_label("study.name", name, "study name")
-    out_dir = Path(out) if out is not None else Path(study.get("out", f"runs/{name}"))
-    if source is not None and not out_dir.is_absolute() and out is None:
-        out_dir = Path.cwd() / out_dir
-
+    study = _study(_table("study", raw.get("study")), source, out)
     pools = {label: _pool(label, spec) for label, spec in _table("pools", raw.get("pools")).items()}
     if not pools:
         raise _error("pools", "define at least one pool, e.g. [pools] zoo = \"zoo\"")
@@ -372,9 +561,25 @@ def load_config(config: str | os.PathLike | Mapping[str, Any], *, out: str | os.
     if valuation is None and training is None:
         raise _error("protocols", "nothing to run: define [protocols] (for valuation) or [training]")
     _check_cell_count(valuation, training)
-    return StudyConfig(name=name, out=out_dir, pools=pools, tasks=tasks, protocols=protocols, valuation=valuation,
+    return StudyConfig(**study, pools=pools, tasks=tasks, protocols=protocols, valuation=valuation,
                        training=training, sampling=sampling, executor=_executor(_table("executor", raw.get("executor"))),
-                       source=source, raw=raw, trackers=trackers)
+                       source=source, raw=raw)
+
+
+def _study(spec: dict[str, Any], source: Path | None, out: str | os.PathLike | None) -> dict[str, Any]:
+    """``[study]``: its name (a label), where it writes (relative to the working directory for a TOML file;
+    ``out`` wins) and its trackers."""
+    v = _read("study", spec, options_of(StudyConfig))
+    try:
+        trackers = check_trackers(v["trackers"], "trackers")
+    except (TypeError, ValueError) as e:
+        raise _error("study.trackers", str(e).removeprefix("trackers: ")) from None
+    name = v["name"] if v["name"] is not None else source.stem if source else "study"
+    _check_label("study.name", name, "study name")
+    out_dir = Path(out) if out is not None else Path(v["out"] if v["out"] is not None else f"runs/{name}")
+    if source is not None and not out_dir.is_absolute() and out is None:
+        out_dir = Path.cwd() / out_dir
+    return {"name": name, "out": out_dir, "trackers": trackers}
 
 
 def _pool(label: str, spec: Any) -> PoolConfig:
@@ -411,45 +616,28 @@ def _member(key: str, member: Any) -> Any:
             raise _error(key, f"unknown agent backend {prefix!r}{hint}; backends: {', '.join(backends)}")
         return member
     if isinstance(member, Mapping):
-        _unknown_keys(key, member, ["expert", "name", "seed"])
-        if "expert" not in member:
+        if "expert" not in member and set(member) <= set(options_of(ScriptedMember)):
             raise _error(key, "a scripted member needs expert = <accuracy in [0, 1]>, e.g. {expert = 0.8}")
-        _number(f"{key}.expert", member["expert"], 0.0, 1.0, "0.8")
-        if "seed" in member:
-            _int(f"{key}.seed", member["seed"])
-        if "name" in member and not isinstance(member["name"], str):
-            raise _error(f"{key}.name", f"must be a string, got {member['name']!r}")
-        return dict(member)
+        _read(key, member, options_of(ScriptedMember))
+        return dict(member)  # as written: its description is fingerprinted
     raise _error(key, f"a member is an agent spec string or {{expert = <accuracy>}}, got {member!r}")
 
 
 def _task(label: str, spec: Any) -> TaskConfig:
     key = f"tasks.{label}"
     _check_label(key, label, "task")
-    spec = _table(key, spec)
-    _unknown_keys(key, spec, ["name", "n", "split", "seed", "options", "max_new_tokens"])
+    v = _read(key, _table(key, spec), options_of(TaskConfig), {"name": label})
     from crl_envs import tasks as task_registry
-    name = spec.get("name", label)
+
     known = task_registry.names()
-    if name not in known:
-        hint = did_you_mean(str(name), known)
-        raise _error(f"{key}.name", f"unknown task {name!r}{hint}; known tasks: {', '.join(known)}")
-    n = spec.get("n")
-    if n is not None:
-        _int(f"{key}.n", n, 1, "n = 100")
-    split = spec.get("split")
-    if split is not None and not isinstance(split, str):
-        raise _error(f"{key}.split", f"must be a split name such as \"test\", got {split!r}")
-    options = _table(f"{key}.options", spec.get("options"))
-    valid = task_registry.option_names(name)
-    if options and valid is not None:
-        _unknown_keys(f"{key}.options", options, valid)
-    mnt = spec.get("max_new_tokens")
-    if mnt is not None:
-        _max_new_tokens(f"{key}.max_new_tokens", mnt)
-    seed = _int(f"{key}.seed", spec.get("seed", 0))
-    return TaskConfig(label, name, n, split, seed, options, mnt,
-                      _task_content(key, name, split, n, seed, options))
+    if v["name"] not in known:
+        hint = did_you_mean(str(v["name"]), known)
+        raise _error(f"{key}.name", f"unknown task {v['name']!r}{hint}; known tasks: {', '.join(known)}")
+    valid = task_registry.option_names(v["name"])
+    if v["options"] and valid is not None:
+        _unknown_keys(f"{key}.options", v["options"], valid)
+    return TaskConfig(label=label, **v, content=_task_content(key, v["name"], v["split"], v["n"], v["seed"],
+                                                              v["options"]))
 
 
 def _task_content(key: str, name: str, split: str | None, n: int | None, seed: int, options: dict[str, Any],
@@ -483,46 +671,37 @@ def _task_content(key: str, name: str, split: str | None, n: int | None, seed: i
 
 
 def _protocol(key: str, label: str, spec: Any) -> ProtocolConfig:
-    spec = _table(key, spec)
-    _unknown_keys(key, spec, ["protocol", "options"])
+    v = _read(key, _table(key, spec), options_of(ProtocolConfig), {"protocol": label})
     from crl_envs import protocols
 
-    name = spec.get("protocol", label)
+    name = v["protocol"]
     if not isinstance(name, str) or name.removesuffix("_v0") not in protocols.PROTOCOLS:
         known = list(protocols.PROTOCOLS)
         hint = did_you_mean(str(name), known)
         raise _error(f"{key}.protocol", f"unknown protocol {name!r}{hint}; protocols: {', '.join(known)} "
                                         f"(set protocol = \"...\" when the label is not a protocol name)")
-    options = _table(f"{key}.options", spec.get("options"))
     try:
-        protocols.check_options(name, options)
+        protocols.check_options(name, v["options"])
     except ValueError as e:
         raise _error(f"{key}.options", str(e)) from None
-    return ProtocolConfig(label, name.removesuffix("_v0"), options)
+    return ProtocolConfig(label=label, protocol=name.removesuffix("_v0"), options=v["options"])
 
 
 def _sampling(spec: dict[str, Any]) -> dict[str, Any]:
-    _unknown_keys("sampling", spec, ["temperature", "top_p", "max_new_tokens"])
-    out = {"temperature": _number("sampling.temperature", spec.get("temperature", 0.0), 0.0, 10.0, "0.0"),
-           "top_p": _number("sampling.top_p", spec.get("top_p", 1.0), 0.0, 1.0, "1.0")}
-    out["max_new_tokens"] = _max_new_tokens("sampling.max_new_tokens",
-                                            spec.get("max_new_tokens", _trainer_defaults()["max_new_tokens"]))
+    """``[sampling]`` (:class:`SamplingOptions`) as the dict the cells carry."""
+    out = _read("sampling", spec, options_of(SamplingOptions))
     if out["top_p"] == 0.0:
         raise _error("sampling.top_p", "must be > 0 (1.0 keeps every token)")
     return out
 
 
 def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig:
-    valid = ["pools", "protocols", "tasks", "estimator", "samples", "seeds", "budget", "alpha", "ci_level",
-             "bootstrap_resamples", "delta", "families", "pool_tasks"]
-    _unknown_keys("valuation", spec, valid)
+    v = _read("valuation", spec, options_of(ValuationConfig))
     if not protocols:
         raise _error("protocols", "valuation needs at least one protocol, e.g. [protocols.vote]")
-    estimator = spec.get("estimator", "exact")
+    estimator = v["estimator"]
     if isinstance(estimator, Mapping):
-        _unknown_keys("valuation.estimator", estimator, ["exact_up_to", "larger"])
-        estimator = {"exact_up_to": _int("valuation.estimator.exact_up_to", estimator.get("exact_up_to", 8), 1, "8"),
-                     "larger": estimator.get("larger", "loo")}
+        estimator = _read("valuation.estimator", estimator, options_of(EstimatorRule))
         names = [estimator["larger"]]
     else:
         names = [estimator]
@@ -530,44 +709,35 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
         if e not in ESTIMATORS:
             hint = did_you_mean(str(e), ESTIMATORS)
             raise _error("valuation.estimator", f"unknown estimator {e!r}{hint}; choose one of {', '.join(ESTIMATORS)}")
-    budget = spec.get("budget")
-    sampled = any(e in SAMPLED_ESTIMATORS for e in names)
-    if sampled and budget is None:
-        raise _error("valuation.budget", "the permutation/antithetic estimators need budget = <permutations>, e.g. 200")
-    if budget is not None:
-        if not sampled:
-            raise _error("valuation.budget", "only applies to estimator \"permutation\" or \"antithetic\"; remove it")
-        _int("valuation.budget", budget, 2, "200")
-        for e in names:
-            if problem := estimator_class(e).budget_problem(budget):
-                raise _error("valuation.budget", f"estimator {e!r} {problem}")
-        if budget > MAX_COALITION_RUNS:
-            raise _error("valuation.budget", f"{budget:,} permutations is more than the {MAX_COALITION_RUNS:,} a "
-                                             f"valuation cell runs; lower it (e.g. budget = 200)")
-    alpha = _number("valuation.alpha", spec.get("alpha", 0.05), 0.0, 1.0, "0.05")
-    if not 0 < alpha < 1:
-        raise _error("valuation.alpha", f"must lie strictly between 0 and 1 (e.g. 0.05), got {alpha!r}")
-    ci = _number("valuation.ci_level", spec.get("ci_level", 0.95), 0.0, 1.0, "0.95")
-    if not 0 < ci < 1:
-        raise _error("valuation.ci_level", f"must lie strictly between 0 and 1 (e.g. 0.95), got {ci!r}")
-    delta = _number("valuation.delta", spec.get("delta", 0.3), 0.0, 1.0, "0.3")
-    if not 0 < delta < 1:
-        raise _error("valuation.delta", f"must lie strictly between 0 and 1 (e.g. 0.3), got {delta!r}")
-    chosen = _labels("valuation.protocols", spec.get("protocols"), protocols, "protocol")
-    valued = _labels("valuation.pools", spec.get("pools"), pools, "pool")
-    pool_tasks = _table("valuation.pool_tasks", spec.get("pool_tasks"))
+    _check_budget(v["budget"], names)
+    chosen = _labels("valuation.protocols", v["protocols"], protocols, "protocol")
+    valued = _labels("valuation.pools", v["pools"], pools, "pool")
+    pool_tasks = v["pool_tasks"]
     for pool, listed in pool_tasks.items():
         if pool not in valued:
             raise _error(f"valuation.pool_tasks.{pool}", f"is not a valued pool; valued pools: {', '.join(valued)}")
         pool_tasks[pool] = _labels(f"valuation.pool_tasks.{pool}", listed, tasks, "task")
-    return ValuationConfig(
-        pools=valued, pool_tasks=pool_tasks,
-        protocols=chosen, delta=delta,
-        families=_families(_table("valuation.families", spec.get("families")), {p: protocols[p] for p in chosen}),
-        tasks=_labels("valuation.tasks", spec.get("tasks"), tasks, "task"),
-        estimator=estimator, samples=_int("valuation.samples", spec.get("samples", 1), 1, "1"),
-        seeds=_seeds("valuation.seeds", spec.get("seeds", [0])), budget=budget, alpha=alpha, ci_level=ci,
-        bootstrap_resamples=_int("valuation.bootstrap_resamples", spec.get("bootstrap_resamples", 2000), 1, "2000"))
+    return ValuationConfig(**{**v, "estimator": estimator, "pools": valued, "protocols": chosen, "pool_tasks": pool_tasks,
+                              "families": _families(v["families"], {p: protocols[p] for p in chosen}),
+                              "tasks": _labels("valuation.tasks", v["tasks"], tasks, "task")})
+
+
+def _check_budget(budget: int | None, names: list[str]) -> None:
+    """``[valuation] budget``: required by the sampled estimators (and within their own bounds), refused by the
+    others."""
+    sampled = any(e in SAMPLED_ESTIMATORS for e in names)
+    if sampled and budget is None:
+        raise _error("valuation.budget", "the permutation/antithetic estimators need budget = <permutations>, e.g. 200")
+    if budget is None:
+        return
+    if not sampled:
+        raise _error("valuation.budget", "only applies to estimator \"permutation\" or \"antithetic\"; remove it")
+    for e in names:
+        if problem := estimator_class(e).budget_problem(budget):
+            raise _error("valuation.budget", f"estimator {e!r} {problem}")
+    if budget > MAX_COALITION_RUNS:
+        raise _error("valuation.budget", f"{budget:,} permutations is more than the {MAX_COALITION_RUNS:,} a "
+                                         f"valuation cell runs; lower it (e.g. budget = 200)")
 
 
 def _trainer_defaults() -> dict[str, Any]:
@@ -611,70 +781,39 @@ def _families(spec: dict[str, Any], protocols: Mapping[str, ProtocolConfig]) -> 
 
 
 def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
-    valid = ["pool", "learner", "setups", "tasks", "trainers", "seeds", "steps", "learning_rate", "questions_per_step",
-             "num_generations", "n_train", "n_eval", "train_split", "eval_split",
-             "shapley_coalitions", "lora", "bootstrap_resamples", "ci_level", "alpha", "threads", "learners",
-             "schedule", "crossplay", "lr_rule"]
     if "max_new_tokens" in spec:
         raise _error("training.max_new_tokens", "moved: a task's answer length is [tasks.<label>] max_new_tokens "
                                                 "(or [sampling] max_new_tokens for every task), for valuation and "
                                                 "training alike; remove it here")
-    _unknown_keys("training", spec, valid)
-    defaults = _trainer_defaults()
-    pool = spec.get("pool")
-    if pool not in pools:
-        raise _error("training.pool", f"must name a pool of [pools] ({', '.join(pools)}), got {pool!r}")
-    if "learner" in spec and "learners" in spec:
-        raise _error("training.learners", "give learner = \"model_4\" (one) or learners = [...] (several), not both")
-    learners = _learners("training", spec.get("learner", "model_0") if "learners" not in spec else None,
-                         spec.get("learners"))
-    learner = learners[0]
-    schedule = _schedule("training.schedule", spec.get("schedule", "joint"))
-    crossplay = spec.get("crossplay", False)
-    if not isinstance(crossplay, bool):
-        raise _error("training.crossplay", f"must be true or false, got {crossplay!r}")
     for k in ("steps", "learning_rate"):
         if isinstance(spec.get(k), Mapping):
             raise _error(f"training.{k}", _PER_TRAINER)
-    steps = _int("training.steps", spec.get("steps", defaults["steps"]), 1, "24")
-    lr = _number("training.learning_rate", spec.get("learning_rate", defaults["learning_rate"]), 0.0, 1.0, "1e-3")
-    setups_spec = _table("training.setups", spec.get("setups"))
-    if not setups_spec:
+    v = _read("training", spec, {**options_of(TrainingConfig), **options_of(SetupConfig, *SETUP_DEFAULTS)})
+    if v["pool"] not in pools:
+        raise _error("training.pool", f"must name a pool of [pools] ({', '.join(pools)}), got {v['pool']!r}")
+    if "learner" in spec and "learners" in spec:
+        raise _error("training.learners", "give learner = \"model_4\" (one) or learners = [...] (several), not both")
+    learners = _learners("training", v["learner"] if v["learners"] is None else None, v["learners"])
+    schedule = _schedule("training.schedule", v["schedule"])
+    if not v["setups"]:
         raise _error("training.setups", "define at least one setup, e.g. [training.setups.vote] (a protocol to train in)")
-    trainer_names = _trainer_names(spec)
-    setups = _setups(setups_spec, protocols, learners, schedule, steps, lr)
-    where = {label: f"training.setups.{label}.learners" if "learners" in setups_spec[label] else
+    trainer_names = _trainer_names(v["trainers"])
+    setups = _setups(v["setups"], protocols, learners, schedule, v["steps"], v["learning_rate"])
+    where = {label: f"training.setups.{label}.learners" if "learners" in v["setups"][label] else
              "training.learners" if "learners" in spec else "training.learner" for label in setups}
-    _check_several(setups, where, trainer_names, pools[pool], crossplay, spec.get("lora") is not None)
-    lora = spec.get("lora")
-    if lora is not None:
-        lora = _table("training.lora", lora)
-        _unknown_keys("training.lora", lora, ["r", "alpha", "dropout", "target_modules"])
-    sc = spec.get("shapley_coalitions", 2)
-    alpha = _number("training.alpha", spec.get("alpha", 0.05), 0.0, 1.0, "0.05")
-    if not 0 < alpha < 1:
-        raise _error("training.alpha", f"must lie strictly between 0 and 1 (e.g. 0.05), got {alpha!r}")
-    for label in _labels("training.tasks", spec.get("tasks"), tasks, "task"):  # the splits load (one question)
+    _check_several(setups, where, trainer_names, pools[v["pool"]], v["crossplay"], v["lora"] is not None)
+    if v["lora"] is not None:
+        _unknown_keys("training.lora", v["lora"], ["r", "alpha", "dropout", "target_modules"])
+    training_tasks = _labels("training.tasks", v["tasks"], tasks, "task")
+    for label in training_tasks:  # the splits load (one question)
         t = tasks[label]
-        for split_key, default in (("train_split", "train"), ("eval_split", "test")):
-            _task_content(f"tasks.{label}", t.name, str(spec.get(split_key, default)), 1, t.seed, t.options,
-                          where=f"training.{split_key}")
-    lr_rule = _lr_rule(spec, setups_spec, trainer_names, tasks)
-    config = TrainingConfig(
-        pool=pool, learner=learner, setups=setups,
-        tasks=_labels("training.tasks", spec.get("tasks"), tasks, "task"), trainers=list(trainer_names),
-        seeds=_seeds("training.seeds", spec.get("seeds", [0, 1, 2])),
-        questions_per_step=_int("training.questions_per_step",
-                                spec.get("questions_per_step", defaults["questions_per_step"]), 1, "8"),
-        num_generations=_int("training.num_generations", spec.get("num_generations", defaults["num_generations"]),
-                             2, "8"),
-        n_train=_int("training.n_train", spec.get("n_train", 1000), 1, "1000"),
-        n_eval=_int("training.n_eval", spec.get("n_eval", 200), 1, "200"),
-        train_split=str(spec.get("train_split", "train")), eval_split=str(spec.get("eval_split", "test")),
-        shapley_coalitions=None if sc is None else _int("training.shapley_coalitions", sc, 1, "2"),
-        lora=lora, bootstrap_resamples=_int("training.bootstrap_resamples", spec.get("bootstrap_resamples", 5000), 1),
-        ci_level=_number("training.ci_level", spec.get("ci_level", 0.95), 0.5, 0.999, "0.95"), alpha=alpha,
-        threads=_int("training.threads", spec.get("threads", 1), 1, "1"), crossplay=crossplay, lr_rule=lr_rule)
+        for split_key in ("train_split", "eval_split"):
+            _task_content(f"tasks.{label}", t.name, v[split_key], 1, t.seed, t.options, where=f"training.{split_key}")
+    lr_rule = _lr_rule(spec, v, trainer_names, tasks)
+    for k in SETUP_DEFAULTS:
+        del v[k]
+    config = TrainingConfig(**{**v, "learner": learners[0], "setups": setups, "tasks": training_tasks,
+                               "trainers": list(trainer_names), "lr_rule": lr_rule})
     for label in config.tasks:
         _check_held_out(tasks[label], config)
     return config
@@ -718,11 +857,10 @@ _PER_TRAINER = "every trainer gets the same steps and learning rate (one budget 
                "trainers, per setup at most); give one number"
 
 
-def _trainer_names(spec: Mapping[str, Any]) -> list[str]:
-    """``[training] trainers``: names of :data:`trainers.ROSTER`, none twice (default: the whole roster)."""
+def _trainer_names(trainer_names: Any) -> list[str]:
+    """``[training] trainers``: names of :data:`trainers.ROSTER`, none twice."""
     from trainers import ROSTER
 
-    trainer_names = spec.get("trainers", list(ROSTER))
     if isinstance(trainer_names, str) or not isinstance(trainer_names, list) or not trainer_names:
         raise _error("training.trainers", f"must be a non-empty list of {', '.join(ROSTER)}")
     for t in trainer_names:
@@ -751,22 +889,22 @@ def _setups(setups_spec: Mapping[str, Any], protocols: Mapping[str, ProtocolConf
         for t in ROSTER:
             if t in s:
                 raise _error(f"{key}.{t}", _PER_TRAINER)
-        _unknown_keys(key, s, ["protocol", "options", "steps", "learning_rate", "learners", "schedule"])
-        own = learners if "learners" not in s else _learners(key, None, s["learners"])
-        base = s.get("protocol", label)
+        v = _read(key, s, options_of(SetupConfig), {"protocol": label, "steps": steps, "learning_rate": lr,
+                                                     "schedule": schedule})
+        own = learners if v["learners"] is None else _learners(key, None, v["learners"])
+        base = v["protocol"]
         if base in protocols and "options" not in s:
             proto = protocols[base]
         else:
             proto = _protocol(key, label, {"protocol": protocols[base].protocol if base in protocols else base,
-                                           "options": s.get("options", {})})
-        setups[label] = SetupConfig(label, proto.protocol, proto.options,
-                                    _int(f"{key}.steps", s.get("steps", steps), 1, "24"),
-                                    _number(f"{key}.learning_rate", s.get("learning_rate", lr), 0.0, 1.0, "1e-3"),
-                                    tuple(own), _schedule(f"{key}.schedule", s.get("schedule", schedule)))
+                                           "options": v["options"]})
+        setups[label] = SetupConfig(label=label, protocol=proto.protocol, options=proto.options, steps=v["steps"],
+                                    learning_rate=v["learning_rate"], learners=tuple(own),
+                                    schedule=_schedule(f"{key}.schedule", v["schedule"]))
     return setups
 
 
-def _lr_rule(spec: dict[str, Any], setups_spec: Mapping[str, Any], trainer_names: list[str], tasks) -> Any:
+def _lr_rule(spec: dict[str, Any], v: dict[str, Any], trainer_names: list[str], tasks) -> Any:
     """``[training.lr_rule]`` (:class:`crl_envs.study.gates.LearningRateRule`), or None; a learning rate given
     beside it, a sweep on the eval split or an unknown trainer is refused."""
     from crl_envs.study.gates import LearningRateRule
@@ -778,7 +916,7 @@ def _lr_rule(spec: dict[str, Any], setups_spec: Mapping[str, Any], trainer_names
     valid = [f for f in LearningRateRule.__dataclass_fields__]
     _unknown_keys("training.lr_rule", raw, valid)
     given = ["training.learning_rate"] * ("learning_rate" in spec) + \
-        [f"training.setups.{k}.learning_rate" for k, s in setups_spec.items() if "learning_rate" in _table("x", s)]
+        [f"training.setups.{k}.learning_rate" for k, s in v["setups"].items() if "learning_rate" in _table("x", s)]
     if given:
         raise _error(given[0], "the learning rate is chosen by [training.lr_rule]; remove it (or remove the rule)")
     try:
@@ -788,10 +926,10 @@ def _lr_rule(spec: dict[str, Any], setups_spec: Mapping[str, Any], trainer_names
     if rule.trainer not in ROSTER:
         raise _error("training.lr_rule.trainer", f"unknown trainer {rule.trainer!r}{did_you_mean(str(rule.trainer), ROSTER)}; "
                                                  f"trainers: {', '.join(ROSTER)}")
-    if rule.split == str(spec.get("eval_split", "test")):
+    if rule.split == v["eval_split"]:
         raise _error("training.lr_rule.split", f"{rule.split!r} is the eval split: the rule never looks at the test "
                                                f"questions; use another split (e.g. \"train\" or \"validation\")")
-    for label in _labels("training.tasks", spec.get("tasks"), tasks, "task"):
+    for label in _labels("training.tasks", v["tasks"], tasks, "task"):
         t = tasks[label]
         _task_content(f"tasks.{label}", t.name, rule.split, 1, rule.task_seed, t.options, where="training.lr_rule.split")
     return rule
@@ -876,19 +1014,16 @@ def _schedule(key: str, value: Any) -> str:
 def _executor(spec: dict[str, Any]) -> ExecutorConfig:
     from crl_envs.valuation.executors import EXECUTORS
 
-    _unknown_keys("executor", spec, ["kind", "workers", "address", "num_cpus", "coalitions_per_task"])
-    kind = spec.get("kind", "local")
+    v = _read("executor", spec, options_of(ExecutorConfig))
+    kind = v["kind"]
     if kind not in EXECUTORS:
         hint = did_you_mean(str(kind), EXECUTORS)
         raise _error("executor.kind", f"unknown executor {kind!r}{hint}; choose one of {', '.join(EXECUTORS)}")
-    workers = spec.get("workers")
-    if workers is not None:
-        _int("executor.workers", workers, 1, "2")
-        if kind != "processes":
-            raise _error("executor.workers", f"only applies to kind = \"processes\" (kind is {kind!r}; "
-                                             f"{'num_cpus sets a Ray cell' if kind == 'ray' else 'local runs in this process'}"
-                                             "); remove it or set kind = \"processes\"")
-    address = spec.get("address")
+    if v["workers"] is not None and kind != "processes":
+        raise _error("executor.workers", f"only applies to kind = \"processes\" (kind is {kind!r}; "
+                                         f"{'num_cpus sets a Ray cell' if kind == 'ray' else 'local runs in this process'}"
+                                         "); remove it or set kind = \"processes\"")
+    address = v["address"]
     if address is not None:
         if kind != "ray":
             raise _error("executor.address", f"only applies to kind = \"ray\" (kind is {kind!r}); remove it")
@@ -899,11 +1034,7 @@ def _executor(spec: dict[str, Any]) -> ExecutorConfig:
                 parse_address(address)
         except ValueError as e:
             raise _error("executor.address", str(e)) from None
-    per_task = spec.get("coalitions_per_task")
-    if per_task is not None:
-        _int("executor.coalitions_per_task", per_task, 1, "4")
-    return ExecutorConfig(kind, workers, address, _number("executor.num_cpus", spec.get("num_cpus", 1), 0.01, None, "1"),
-                          per_task)
+    return ExecutorConfig(**v)
 
 
 def _check_cell_count(valuation: ValuationConfig | None, training: TrainingConfig | None) -> None:
