@@ -14,7 +14,7 @@ import torch
 
 from agents import Agent, Pool, SamplingParams
 from crl_envs import protocols
-from crl_envs.runner import Episode, run_episodes
+from crl_envs.runner import Episode, RequestMemo, run_episodes
 from crl_envs.tasks import Task
 
 
@@ -34,6 +34,7 @@ def rollout_episodes(
     options: dict | None = None,
     progress: bool = False,
     training: Sequence[str] | None = None,
+    memo: RequestMemo | None = None,
 ) -> list[Episode]:
     """Play ``samples`` episodes per example with ``policy`` as ``learner`` (recorded: its prompt
     and completion token ids and log-probs in every phase it speaks). Every other agent, pool
@@ -50,7 +51,7 @@ def rollout_episodes(
     sampling.update({j: learner_sampling for j in training})
     return run_episodes(
         factory, pool, task, coalition=coalition, samples=samples, seed=seed, policies=policies,
-        sampling=sampling, examples=list(examples), options=options, record=training, progress=progress,
+        sampling=sampling, examples=list(examples), options=options, record=training, progress=progress, memo=memo,
     )
 
 
