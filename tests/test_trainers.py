@@ -421,3 +421,39 @@ def test_crl_judge_without_fallback_beside_its_placebo(calls):
     assert after.system_accuracy > without, f"C-RL's system is no better than deleting the learner: {figures}"
     assert gain_over_placebo[1] < 0 < gain_over_placebo[2], f"the page says C-RL does not beat the placebo: {figures}"
     assert crl_alone[2] < 0 and placebo_alone[2] < 0, f"the page says the learner alone falls under both: {figures}"
+
+
+def test_greedy_partners_answer_each_question_once_and_the_fit_is_unchanged(monkeypatch):
+    """The rollout memo (#55): in judge_v0 the four greedy zoo partners answer a question the same in all G samples
+    and every step, so each is generated once; the learner samples every episode as before. The fit (history,
+    trained weights) is bit-identical to one that generates every request (``rollout_memo = None``)."""
+    import agents.zoo
+
+    answered: dict[str, int] = {}
+    real = agents.HFAgent._generate
+
+    def counting(self, requests):
+        answered[self.name] = answered.get(self.name, 0) + len(requests)
+        return real(self, requests)
+
+    monkeypatch.setattr(agents.HFAgent, "_generate", counting)
+    train = tasks.load("arith", split="train", n=20, **agents.zoo.TASK_OPTIONS)
+    config = dict(steps=2, questions_per_step=2, num_generations=4, max_new_tokens=24, learning_rate=1e-4,
+                  progress=False, protocol_options={"judge": "model_4", "fallback": "none"})
+    fits = {}
+    for memo in (False, True):
+        answered.clear()
+        trainer = CRLTrainer("judge", agents.pool("zoo"), train, learner="model_4", config=CRLConfig(**config))
+        if not memo:
+            trainer.rollout_memo = None
+        history = [{k: v for k, v in m.items() if k not in ("seconds", "rollout_seconds", "tokens_per_second")}
+                   for m in trainer.fit()]
+        fits[memo] = history, trainer.trainable_state(), dict(answered)
+    (history, weights, plain), (history_memo, weights_memo, memoised) = fits[False], fits[True]
+    assert history_memo == history
+    assert all(torch.equal(weights[k], weights_memo[k]) for k in weights)
+    episodes = 2 * 2 * 4
+    partners = [name for name in plain if name != "zoo-rookie"]
+    assert len(partners) == 4 and all(plain[p] == episodes for p in partners)
+    assert all(memoised[p] <= 2 * 2 for p in partners)  # once per question (a repeated question: from the memo)
+    assert memoised["zoo-rookie"] == plain["zoo-rookie"] >= episodes  # the learner samples: every turn generated
