@@ -4,12 +4,18 @@ wall seconds and the ratio, and a check that nothing the cell reports moved.
 The cell is ``studies/paper-small.toml``'s ``training/judge/arith/crl/seed0`` (the zoo, the rookie judging with
 no fallback, 8 questions x 8 generations a step) at a fixed learning rate, and the setting's ``baseline`` cell.
 
-- **before**: every rollout request generated (``trainer.rollout_memo = None``); the held-out evaluation plays the
-  system twice (``trainer.evaluate`` for the scores, then ``rates`` for the parse/verdict rates), the baseline
-  cell three times (scores, rates, the system without the learner).
+- **before**: every rollout request generated (``trainer.rollout_memo = None``); the update forwards whole rows,
+  the shared prompt of a question's G samples G times (``token_logprobs(share_prompts=False)``); the held-out
+  evaluation plays the system twice (``trainer.evaluate`` for the scores, then ``rates`` for the parse/verdict
+  rates), the baseline cell three times (scores, rates, the system without the learner).
 - **after**: what the cells run now: greedy partners' answers generated once per question for all G samples and
-  every step (:attr:`trainers.PolicyGradientTrainer.rollout_memo`); scores and rates read one greedy play
+  every step (:attr:`trainers.PolicyGradientTrainer.rollout_memo`); each distinct prompt forwarded once in the
+  update (:func:`trainers.rollout.token_logprobs`); scores and rates read one greedy play
   (:func:`crl_envs.study.cells.trained.evaluation_with_rates`).
+
+The memo and the one-play evaluation change nothing (bit-identical); sharing prompts in the update changes the
+loss by float rounding (~1e-6), so the script prints the largest difference in the history's numbers and the
+trained weights, and checks that the scores, rates and baseline are identical.
 
 It also checks that the update needs no forward beyond the one with gradients: the "old" log-probs are the
 rollout's own (``Generation.logprobs``), and they equal the teacher-forced ones of that forward to float
@@ -25,6 +31,8 @@ prints the load average beside them. Run it alone on an idle machine for timings
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import os
 import tempfile
 import time
@@ -87,6 +95,21 @@ def _counting_generate(self: Agent, requests):
 _token_logprobs = trainers.update.token_logprobs
 
 
+def history_difference(before: dict[str, Any], after: dict[str, Any]) -> tuple[float, str]:
+    """The largest difference between two steps' metrics, relative to the larger value where that is above 1e-3
+    (absolute below: a loss of ~1e-9 is noise either way), and its key (inf when a key or a non-number differs)."""
+    if before.keys() != after.keys():
+        return math.inf, "keys"
+    gap = (0.0, "")
+    for key, x in before.items():
+        y = after[key]
+        if isinstance(x, float) and isinstance(y, float):
+            gap = max(gap, (abs(x - y) / max(abs(x), abs(y), 1e-3), key))
+        elif x != y:
+            return math.inf, key
+    return gap
+
+
 def cell_specs(steps: int, n_eval: int, lr: float) -> tuple[dict[str, Any], dict[str, Any]]:
     with tempfile.TemporaryDirectory() as out:
         planned = study.plan("studies/paper-small.toml", out=out)
@@ -104,6 +127,7 @@ def run_training(spec: dict[str, Any], after: bool) -> tuple[dict[str, Any], flo
         count_forwards(policy.model)
     if not after:
         trainer.rollout_memo = None
+    trainers.update.token_logprobs = functools.partial(_token_logprobs, share_prompts=after)
     parts = {"rollouts": 0.0, "updates": 0.0}
     collect, optimise = trainer.collect, trainer.optimise
 
@@ -217,10 +241,14 @@ def main() -> None:
         print(f"\nlargest |rollout log-prob - teacher-forced log-prob| of a sampled token: {logprob_gap[0]:.2e}")
     if "before" in runs:
         (t0, b0, s0, c0), (t1, b1, s1, c1) = runs["before"], runs["after"]
-        same_weights = all(torch.equal(t0["weights"][k], t1["weights"][k]) for k in t0["weights"])
-        same = (t0["history"] == t1["history"] and t0["scores"] == t1["scores"] and t0["rates"] == t1["rates"]
-                and same_weights and b0 == b1)
-        print(f"identical history, trained weights, scores, rates and baseline: {same}")
+        weight_gap = max(float((t0["weights"][k] - t1["weights"][k]).abs().max()) for k in t0["weights"])
+        history_gap, key = max((history_difference(m0, m1) for m0, m1 in zip(t0["history"], t1["history"])),
+                               default=(0.0, ""))
+        same = (t0["scores"] == t1["scores"] and t0["rates"] == t1["rates"] and b0 == b1
+                and len(t0["history"]) == len(t1["history"]) and history_gap < 1e-4)
+        print(f"largest difference in the history's numbers {history_gap:.1e} ({key}), in a trained weight "
+              f"{weight_gap:.1e} (float rounding of the shared-prompt forward)")
+        print(f"identical held-out scores, rates and baseline, history within 1e-4: {same}")
         print(f"training cell {s0 / s1:.2f}x faster, baseline cell {c0 / c1:.2f}x faster, "
               f"both {(s0 + c0) / (s1 + c1):.2f}x")
         if not same:

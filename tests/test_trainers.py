@@ -80,6 +80,38 @@ def test_recomputed_logprobs_match_the_sampler(learner, temperature):
     assert not torch.allclose(lp, lp2, atol=1e-3)
 
 
+def test_rows_that_share_a_prompt_forward_it_once_with_the_whole_rows_values_and_gradients(learner):
+    """token_logprobs forwards a prompt shared by several rows once (#55: a question's G samples), then their
+    completions through its cache: the log-probs equal the sampler's and the whole rows' forward's, and so does
+    the gradient of a loss over them, to float rounding; a different completion length per row and a one-token
+    completion included. Two forwards (the distinct prompts, then the completions), not one over every row."""
+    prompts = [[{"role": "user", "content": q}] for q in ("What is 1 + 2?", "What is 1 + 2?", "What is 47 - 5?")]
+    gens = learner.generate([Request(m, SamplingParams(temperature=1.0, max_new_tokens=7, seed=k))
+                             for k, m in enumerate(prompts + prompts)])
+    rows = [g.prompt_token_ids for g in gens], [g.token_ids for g in gens]
+    rows[1][-1] = rows[1][-1][:1]  # a one-token completion
+    assert len({tuple(p) for p in rows[0]}) == 2 and len({len(c) for c in rows[1]}) > 1
+    model, pad = learner.model, learner.tokenizer.pad_token_id
+    forwards = []
+    hook = model.register_forward_hook(lambda *_: forwards.append(1))
+    results = {}
+    for share in (True, False):
+        model.zero_grad()
+        forwards.clear()
+        lp, mask = token_logprobs(model, *rows, temperature=1.0, pad_id=pad, share_prompts=share)
+        (lp * torch.linspace(0.5, 1.5, lp.shape[1])).sum().backward()
+        results[share] = lp.detach(), mask, {n: q.grad.clone() for n, q in model.named_parameters()}, len(forwards)
+    hook.remove()
+    (shared, mask, grads, passes), (whole, whole_mask, whole_grads, whole_passes) = results[True], results[False]
+    assert (passes, whole_passes) == (2, 1)
+    assert torch.equal(mask, whole_mask)
+    assert torch.allclose(shared, whole, atol=1e-5)
+    for row, g in enumerate(gens[:-1]):
+        assert torch.allclose(shared[row, : len(g.token_ids)], torch.tensor(g.logprobs), atol=1e-4)
+    for name, grad in whole_grads.items():
+        assert torch.allclose(grads[name], grad, rtol=1e-4, atol=1e-6), name
+
+
 def test_stopped_turns_also_train_their_stop_token():
     from crl_envs.runner import Episode, TurnRecord
 
