@@ -161,10 +161,12 @@ def _shared_prompts(
         targets[row, : len(c)] = torch.tensor(list(c), dtype=torch.long)
         mask[row, : len(c)] = 1
     targets, mask = targets.to(device), mask.to(device)
-    logits = out.logits[:, -1:, :][rows]  # predicts each completion's first token
+    # index_select, not indexing: its backward (index_add_) adds the rows' gradients in a fixed order on CPU, where
+    # indexing's (index_put_ with accumulate) gave run-to-run differences of ~1e-7 in the trained weights
+    logits = out.logits[:, -1:, :].index_select(0, rows)  # predicts each completion's first token
     if length > 1:  # the completions but their last token, after their prompt's cache
         cache = _cache_of(out)
-        cache.batch_select_indices(rows)
+        cache.reorder_cache(rows)  # every layer's keys and values: index_select(0, rows)
         seen = torch.cat([attention[rows], mask[:, :-1].to(attention.dtype)], dim=1)
         after = positions[rows][:, -1:] + 1 + torch.arange(length - 1, device=device)
         rest = model(input_ids=targets[:, :-1], attention_mask=seen, position_ids=after, past_key_values=cache,
