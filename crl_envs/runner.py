@@ -133,14 +133,20 @@ class RequestMemo:
 
     Args:
         max_entries: the most generations kept (the oldest are dropped first).
+        greedy_only: memoise greedy requests (temperature 0) only, keyed without their seed: every
+            deterministic backend decodes them by argmax and draws nothing from the seed
+            (:func:`agents.sampling.sample_next`), so the G samples of a question ask a greedy partner
+            once (a trainer's rollouts: :attr:`trainers.PolicyGradientTrainer.rollout_memo`). Sampled
+            requests are then generated as without a memo (no fingerprint is taken for them).
 
     Counts: ``requests`` (memoisable requests seen), ``generated`` (of those, generated), ``reused``.
     """
 
-    def __init__(self, max_entries: int = 200_000):
+    def __init__(self, max_entries: int = 200_000, *, greedy_only: bool = False):
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ConfigError(f"RequestMemo max_entries must be an int >= 1, got {max_entries!r}")
         self.max_entries = max_entries
+        self.greedy_only = bool(greedy_only)
         self._store: dict[str, Generation] = {}
         self.requests = 0
         self.generated = 0
@@ -152,10 +158,16 @@ class RequestMemo:
     def __len__(self) -> int:
         return len(self._store)
 
-    @staticmethod
-    def key(fingerprint: str, request: Request) -> str:
-        """The memo key of ``request`` to the agent with ``fingerprint``."""
-        return request_key(fingerprint, request)
+    def admits(self, request: Request) -> bool:
+        """Whether ``request`` (to a deterministic agent) is memoised: every one, or with :attr:`greedy_only` a
+        greedy one."""
+        return not self.greedy_only or request.sampling.temperature == 0
+
+    def key(self, fingerprint: str, request: Request) -> str:
+        """The memo key of ``request`` to the agent with ``fingerprint`` (with :attr:`greedy_only`, without the
+        seed, which a greedy answer does not read)."""
+        sampling = request.sampling.with_seed(None) if self.greedy_only else request.sampling
+        return _key(fingerprint, request.messages, sampling)
 
     def get(self, key: str) -> Generation | None:
         """A copy of the generation stored under ``key`` (None when absent)."""
@@ -178,11 +190,15 @@ class RequestMemo:
 def request_key(fingerprint: str, request: Request) -> str:
     """A digest of everything that sets a deterministic agent's answer: its fingerprint, the messages
     (roles and contents, in order) and every sampling field."""
+    return _key(fingerprint, request.messages, request.sampling)
+
+
+def _key(fingerprint: str, messages: Any, sampling: SamplingParams) -> str:
+    """:func:`request_key` of these messages and sampling settings."""
     import hashlib
     import json
 
-    payload = json.dumps([fingerprint, request.messages, asdict(request.sampling)], sort_keys=True,
-                         ensure_ascii=False)
+    payload = json.dumps([fingerprint, messages, asdict(sampling)], sort_keys=True, ensure_ascii=False)
     return hashlib.blake2b(payload.encode(), digest_size=16).hexdigest()
 
 
@@ -641,7 +657,7 @@ def _generate(
     made: dict[str, Generation] = {}  # key -> its generation in this call
     fingerprints = {} if fingerprints is None else fingerprints
     for k, (model, request) in enumerate(items):
-        if memo is None or not getattr(model, "deterministic", False):
+        if memo is None or not getattr(model, "deterministic", False) or not memo.admits(request):
             todo.append(k)
             continue
         if id(model) not in fingerprints:

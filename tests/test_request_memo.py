@@ -326,3 +326,26 @@ def test_openai_generation_cache_is_off_by_default_then_reuses_and_clears(server
     assert gc.main(["size"]) == 0 and "3 generations" in capsys.readouterr().out
     assert gc.main(["clear"]) == 0 and "cleared 3 generations" in capsys.readouterr().out
     assert gc.size() == (0, 0)
+
+
+def test_a_greedy_only_memo_asks_a_greedy_member_once_for_all_samples_and_leaves_sampled_requests_alone(zoo, arith):
+    """``RequestMemo(greedy_only=True)`` (a trainer's rollouts): a greedy member's answer to a question is generated
+    once for all its samples (the seed does not reach an argmax), a sampled member's every time; the episodes are
+    those played without a memo. A memo that keys on the seed reuses nothing here."""
+    sampling = {a: GREEDY for a in zoo.ids} | {"model_0": SAMPLED}
+    kwargs = dict(samples=4, seed=5, sampling=sampling, progress=False)
+    plain = run_episodes("vote", zoo, arith, **kwargs)
+    memo = RequestMemo(greedy_only=True)
+    memoised = run_episodes("vote", zoo, arith, memo=memo, **kwargs)
+    assert [comparable(e) for e in memoised] == [comparable(e) for e in plain]
+    usage = total_usage(memoised)
+    assert usage["model_0"].generated_calls == 4  # sampled: every sample generated
+    assert {usage[a].generated_calls for a in zoo.ids if a != "model_0"} == {1}  # greedy: once per question
+    assert (memo.requests, memo.generated) == (4 * (len(zoo.ids) - 1), len(zoo.ids) - 1)  # sampled ones never seen
+    seeded = RequestMemo()
+    run_episodes("vote", zoo, arith, memo=seeded, **kwargs)
+    assert seeded.generated == seeded.requests == 4 * len(zoo.ids)  # each sample's greedy request has its own seed
+    request = Request([{"role": "user", "content": "What is 2 + 2?"}], GREEDY.with_seed(1))
+    other_seed = Request(request.messages, GREEDY.with_seed(2))
+    assert memo.key("f", request) == memo.key("f", other_seed) and seeded.key("f", request) != seeded.key("f", other_seed)
+    assert memo.admits(request) and not memo.admits(Request(request.messages, SAMPLED.with_seed(1)))

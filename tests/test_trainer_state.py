@@ -185,13 +185,20 @@ def test_state_and_control_are_checked_and_reset():
 
 def test_the_baseline_cell_evaluates_without_a_trainer_as_a_trainer_would(tmp_path):
     """crl_envs.study's baseline cell builds no trainer (nothing trains): its scores, the system without the
-    learner and the learner's rates equal an untrained trainer's evaluate() and rates, one learner and two."""
+    learner and the learner's rates (one play for scores and rates, #55) equal an untrained trainer's evaluate()
+    and rates (two plays), one learner and two."""
     from pathlib import Path
 
     import numpy as np
 
     from crl_envs import study
-    from crl_envs.study.cells.trained import build_trainer, rates, scores, untrained_evaluation
+    from crl_envs.study.cells.trained import (
+        build_trainer,
+        rates,
+        scores,
+        trained_evaluation,
+        untrained_evaluation,
+    )
 
     committed = json.loads((Path(__file__).resolve().parents[1] / "docs" / "study.json").read_text())
     config = study.load_config(committed["config_source"], out=tmp_path)
@@ -206,3 +213,6 @@ def test_the_baseline_cell_evaluates_without_a_trainer_as_a_trainer_would(tmp_pa
         assert scores(result) == scores(before)
         assert np.array_equal(result.without_learner, before.without_learner)
         assert learner_rates == rates(trainer, trainer.eval_task)
+        # a training cell's evaluation: the scores and rates of one play, as evaluate() and rates() give them apart
+        one_play, one_play_rates = trained_evaluation(trainer)
+        assert scores(one_play) == scores(before) and one_play_rates == learner_rates

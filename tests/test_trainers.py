@@ -80,6 +80,38 @@ def test_recomputed_logprobs_match_the_sampler(learner, temperature):
     assert not torch.allclose(lp, lp2, atol=1e-3)
 
 
+def test_rows_that_share_a_prompt_forward_it_once_with_the_whole_rows_values_and_gradients(learner):
+    """token_logprobs forwards a prompt shared by several rows once (#55: a question's G samples), then their
+    completions through its cache: the log-probs equal the sampler's and the whole rows' forward's, and so does
+    the gradient of a loss over them, to float rounding; a different completion length per row and a one-token
+    completion included. Two forwards (the distinct prompts, then the completions), not one over every row."""
+    prompts = [[{"role": "user", "content": q}] for q in ("What is 1 + 2?", "What is 1 + 2?", "What is 47 - 5?")]
+    gens = learner.generate([Request(m, SamplingParams(temperature=1.0, max_new_tokens=7, seed=k))
+                             for k, m in enumerate(prompts + prompts)])
+    rows = [g.prompt_token_ids for g in gens], [g.token_ids for g in gens]
+    rows[1][-1] = rows[1][-1][:1]  # a one-token completion
+    assert len({tuple(p) for p in rows[0]}) == 2 and len({len(c) for c in rows[1]}) > 1
+    model, pad = learner.model, learner.tokenizer.pad_token_id
+    forwards = []
+    hook = model.register_forward_hook(lambda *_: forwards.append(1))
+    results = {}
+    for share in (True, False):
+        model.zero_grad()
+        forwards.clear()
+        lp, mask = token_logprobs(model, *rows, temperature=1.0, pad_id=pad, share_prompts=share)
+        (lp * torch.linspace(0.5, 1.5, lp.shape[1])).sum().backward()
+        results[share] = lp.detach(), mask, {n: q.grad.clone() for n, q in model.named_parameters()}, len(forwards)
+    hook.remove()
+    (shared, mask, grads, passes), (whole, whole_mask, whole_grads, whole_passes) = results[True], results[False]
+    assert (passes, whole_passes) == (2, 1)
+    assert torch.equal(mask, whole_mask)
+    assert torch.allclose(shared, whole, atol=1e-5)
+    for row, g in enumerate(gens[:-1]):
+        assert torch.allclose(shared[row, : len(g.token_ids)], torch.tensor(g.logprobs), atol=1e-4)
+    for name, grad in whole_grads.items():
+        assert torch.allclose(grads[name], grad, rtol=1e-4, atol=1e-6), name
+
+
 def test_stopped_turns_also_train_their_stop_token():
     from crl_envs.runner import Episode, TurnRecord
 
@@ -421,3 +453,39 @@ def test_crl_judge_without_fallback_beside_its_placebo(calls):
     assert after.system_accuracy > without, f"C-RL's system is no better than deleting the learner: {figures}"
     assert gain_over_placebo[1] < 0 < gain_over_placebo[2], f"the page says C-RL does not beat the placebo: {figures}"
     assert crl_alone[2] < 0 and placebo_alone[2] < 0, f"the page says the learner alone falls under both: {figures}"
+
+
+def test_greedy_partners_answer_each_question_once_and_the_fit_is_unchanged(monkeypatch):
+    """The rollout memo (#55): in judge_v0 the four greedy zoo partners answer a question the same in all G samples
+    and every step, so each is generated once; the learner samples every episode as before. The fit (history,
+    trained weights) is bit-identical to one that generates every request (``rollout_memo = None``)."""
+    import agents.zoo
+
+    answered: dict[str, int] = {}
+    real = agents.HFAgent._generate
+
+    def counting(self, requests):
+        answered[self.name] = answered.get(self.name, 0) + len(requests)
+        return real(self, requests)
+
+    monkeypatch.setattr(agents.HFAgent, "_generate", counting)
+    train = tasks.load("arith", split="train", n=20, **agents.zoo.TASK_OPTIONS)
+    config = dict(steps=2, questions_per_step=2, num_generations=4, max_new_tokens=24, learning_rate=1e-4,
+                  progress=False, protocol_options={"judge": "model_4", "fallback": "none"})
+    fits = {}
+    for memo in (False, True):
+        answered.clear()
+        trainer = CRLTrainer("judge", agents.pool("zoo"), train, learner="model_4", config=CRLConfig(**config))
+        if not memo:
+            trainer.rollout_memo = None
+        history = [{k: v for k, v in m.items() if k not in ("seconds", "rollout_seconds", "tokens_per_second")}
+                   for m in trainer.fit()]
+        fits[memo] = history, trainer.trainable_state(), dict(answered)
+    (history, weights, plain), (history_memo, weights_memo, memoised) = fits[False], fits[True]
+    assert history_memo == history
+    assert all(torch.equal(weights[k], weights_memo[k]) for k in weights)
+    episodes = 2 * 2 * 4
+    partners = [name for name in plain if name != "zoo-rookie"]
+    assert len(partners) == 4 and all(plain[p] == episodes for p in partners)
+    assert all(memoised[p] <= 2 * 2 for p in partners)  # once per question (a repeated question: from the memo)
+    assert memoised["zoo-rookie"] == plain["zoo-rookie"] >= episodes  # the learner samples: every turn generated

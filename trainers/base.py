@@ -33,7 +33,7 @@ from agents import Agent, Pool, SamplingParams, stable_hash
 from agents import pool as make_pool
 from crl_envs import protocols
 from crl_envs import tasks as task_registry
-from crl_envs.runner import Episode
+from crl_envs.runner import Episode, RequestMemo
 from crl_envs.stats import PairedCI, paired_bootstrap_ci  # noqa: F401  (the statistics live there)
 from crl_envs.tasks import Task
 from crl_kit.errors import ConfigError, ConfigTypeError
@@ -249,6 +249,11 @@ class PolicyGradientTrainer(abc.ABC):
         self._attach_rollout_policies(rollout_policies)
         #: weight syncs into the rollout policies so far (all learners), and the last one's seconds
         self.weight_syncs, self.sync_seconds = 0, 0.0
+        #: the rollouts' greedy answers of deterministic agents, each generated once (None: every one generated).
+        #: Greedy partners answer a question the same in all G samples and every step (request seeds do not
+        #: reach a greedy answer, and a key holds the agent's fingerprint, so a learner's changed weights are
+        #: asked again): the same episodes for a fraction of the partners' generations (#55)
+        self.rollout_memo: RequestMemo | None = RequestMemo(max_entries=50_000, greedy_only=True)
 
     def _attach_rollout_policies(self, rollout_policies: Mapping[str, Agent | str]) -> None:
         """Give each learner the agent that plays it in rollouts (:func:`trainers.learners.make_rollout_policy`);
@@ -347,6 +352,7 @@ class PolicyGradientTrainer(abc.ABC):
             examples=examples, samples=samples or self.config.num_generations, seed=seed,
             learner_sampling=self.learner_sampling, partner_sampling=self.partner_sampling, coalition=coalition,
             options=self.config.protocol_options if protocol is None else None, training=training,
+            memo=self.rollout_memo,
         )
 
     def group(self, episodes: list[Episode], rewards: Sequence[float], groups: int) -> tuple[torch.Tensor, list[list[int]]]:
@@ -423,7 +429,7 @@ class PolicyGradientTrainer(abc.ABC):
                       rollout_seconds: float, *, seconds: float) -> dict[str, Any]:
         """The step's metrics: the system's score, each learner's ``own`` metrics (suffixed ``/<id>`` with
         several learners, whose means are given for the reward and zero-variance share), costs and timings."""
-        generated = sum(u.completion_tokens for ep in batch.episodes for u in ep.usage.values())
+        generated = sum(u.generated_tokens for ep in batch.episodes for u in ep.usage.values())
         system = [ep.score for ep in batch.episodes if set(ep.coalition) == set(self.pool.ids)]
         metrics: dict[str, Any] = {"step": self.step + 1, "system_score": float(np.mean(system)) if system else None}
         if len(self.learners) == 1:

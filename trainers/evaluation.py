@@ -5,13 +5,14 @@ change training made (:func:`compare`, :class:`Improvement`). Shared by every tr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from agents import Agent, Pool, SamplingParams
+from crl_envs.runner import Episode
 from crl_envs.stats import PairedCI, paired_bootstrap_ci
 from crl_envs.tasks import Task
 from crl_kit.errors import ConfigError
@@ -100,30 +101,48 @@ def compare(before: EvalResult, after: EvalResult, *, level: float = 0.95, seed:
 
 
 
+def greedy_episodes(protocol: Any, pool: Pool, task: Task, learner: str | Mapping[str, Agent],
+                    policy: Agent | None = None, *, max_new_tokens: int,
+                    protocol_options: dict[str, Any] | None = None, seed: int = 0) -> list[Episode]:
+    """The play :func:`evaluate_policy` scores: every question of ``task`` once, every agent greedy, ``policy``
+    (several learners: the dict ``learner``) playing the learner(s), their turns recorded. A caller that reads
+    more from the same play (the learner's parse and verdict rates) plays it once and passes it on."""
+    policies = dict(learner) if isinstance(learner, Mapping) else {learner: policy}
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    return rollout_episodes(protocol, pool, task, policies, options=protocol_options, learner_sampling=greedy,
+                            partner_sampling=greedy, examples=[ex.id for ex in task], samples=1, seed=seed)
+
+
 def evaluate_policy(protocol: Any, pool: Pool, task: Task, learner: str | Mapping[str, Agent],
                     policy: Agent | None = None, *, max_new_tokens: int,
-                    protocol_options: dict[str, Any] | None = None, seed: int = 0) -> EvalResult:
+                    protocol_options: dict[str, Any] | None = None, seed: int = 0,
+                    episodes: Sequence[Episode] | None = None) -> EvalResult:
     """System and standalone accuracy of ``policy`` playing ``learner`` on ``task`` (greedy, every agent).
 
     Several learners: ``learner`` is a dict ``id -> policy`` (``policy`` unused); all play together, and
     :attr:`EvalResult.learners` holds each one's standalone scores (``standalone`` is their mean).
 
     Standalone scores come from ``Episode.standalone`` where the protocol defines them, else from the
-    learner answering alone (``vote_v0`` with the learner as the only member). Shared by every trainer,
-    ours and TRL's (:mod:`trainers.trl`)."""
+    learner answering alone (``vote_v0`` with the learner as the only member). ``episodes``: the play
+    :func:`greedy_episodes` gave for these same arguments, scored instead of played again. Shared by every
+    trainer, ours and TRL's (:mod:`trainers.trl`)."""
     policies = dict(learner) if isinstance(learner, Mapping) else {learner: policy}
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    settings = dict(max_new_tokens=max_new_tokens, protocol_options=protocol_options, seed=seed)
     ids = [ex.id for ex in task]
-    kwargs = dict(learner_sampling=greedy, partner_sampling=greedy, examples=ids, samples=1, seed=seed)
-    episodes = rollout_episodes(protocol, pool, task, policies, options=protocol_options, **kwargs)
+    if episodes is None:
+        episodes = greedy_episodes(protocol, pool, task, policies, **settings)
+    elif [ep.example_id for ep in episodes] != ids:
+        raise ConfigError("evaluate_policy(episodes=...) needs greedy_episodes() of the same task: one episode per "
+                          "question, in the task's order")
     system = np.array([ep.score for ep in episodes])
     own = {}
     for j, p in policies.items():
         if all(j in ep.standalone for ep in episodes):
             own[j] = np.array([ep.standalone[j] for ep in episodes])
         else:
-            alone = rollout_episodes("vote", pool, task, j, p, coalition=[j], **kwargs)
+            greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+            alone = rollout_episodes("vote", pool, task, j, p, coalition=[j], learner_sampling=greedy,
+                                     partner_sampling=greedy, examples=ids, samples=1, seed=seed)
             own[j] = np.array([ep.score for ep in alone])
     standalone = next(iter(own.values())) if len(own) == 1 else np.mean(list(own.values()), axis=0)
     return EvalResult(ids, system, standalone, own if len(own) > 1 else {})
-

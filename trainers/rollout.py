@@ -14,7 +14,7 @@ import torch
 
 from agents import Agent, Pool, SamplingParams
 from crl_envs import protocols
-from crl_envs.runner import Episode, run_episodes
+from crl_envs.runner import Episode, RequestMemo, run_episodes
 from crl_envs.tasks import Task
 
 
@@ -34,6 +34,7 @@ def rollout_episodes(
     options: dict | None = None,
     progress: bool = False,
     training: Sequence[str] | None = None,
+    memo: RequestMemo | None = None,
 ) -> list[Episode]:
     """Play ``samples`` episodes per example with ``policy`` as ``learner`` (recorded: its prompt
     and completion token ids and log-probs in every phase it speaks). Every other agent, pool
@@ -50,7 +51,7 @@ def rollout_episodes(
     sampling.update({j: learner_sampling for j in training})
     return run_episodes(
         factory, pool, task, coalition=coalition, samples=samples, seed=seed, policies=policies,
-        sampling=sampling, examples=list(examples), options=options, record=training, progress=progress,
+        sampling=sampling, examples=list(examples), options=options, record=training, progress=progress, memo=memo,
     )
 
 
@@ -98,14 +99,21 @@ def token_logprobs(
     temperature: float,
     pad_id: int,
     device: torch.device | str = "cpu",
+    share_prompts: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of each completion token given its prompt, under ``softmax(logits / temperature)``.
 
-    One teacher-forced forward over the batch: prompts left-padded to a common width (so every
-    completion starts at the same column, as in :class:`agents.HFAgent`'s decoding), completions
-    right-padded. Returns ``(logprobs, mask)``, both ``[B, max completion length]``; ``mask`` is 1
-    exactly on the completion tokens.
+    Returns ``(logprobs, mask)``, both ``[B, max completion length]``; ``mask`` is 1 exactly on the completion
+    tokens. Rows whose prompts are all different take one teacher-forced forward over the batch (prompts
+    left-padded to a common width, so every completion starts at the same column, as in
+    :class:`agents.HFAgent`'s decoding; completions right-padded). Rows that share a prompt (a question's G
+    samples, whose greedy partners said the same) forward each distinct prompt once (:func:`_shared_prompts`): in
+    judge_v0 on the zoo the prompts are most of the tokens, so the update's forward and backward cost about
+    1/G of the whole rows'. ``share_prompts=False`` forwards whole rows always (the equivalence tests and
+    ``benchmarks/training_cell.py`` compare both; they differ by float rounding, ~1e-6).
     """
+    if share_prompts and len({tuple(p) for p in prompts}) < len(prompts):
+        return _shared_prompts(model, prompts, completions, temperature=temperature, pad_id=pad_id, device=device)
     batch = len(prompts)
     width = max(len(p) for p in prompts)
     length = max(len(c) for c in completions)
@@ -123,4 +131,46 @@ def token_logprobs(
     logits = logits[:, width - 1 : width + length - 1, :].float() / temperature
     targets = ids[:, width : width + length]
     logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return logprobs * mask, mask
+
+
+def _shared_prompts(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    *,
+    temperature: float,
+    pad_id: int,
+    device: torch.device | str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`token_logprobs` forwarding each distinct prompt once: the distinct prompts (left-padded) with a KV
+    cache, whose rows are then gathered to every row that has that prompt, and the completions (right-padded)
+    through it. The gather's backward adds up the rows' gradients into their shared prompt, so the gradient is
+    the whole rows' (tests/test_trainers.py compares both, values and gradients, to float tolerance)."""
+    from agents.hf import _cache_of, left_pad
+
+    distinct = list(dict.fromkeys(tuple(p) for p in prompts))
+    where = {p: i for i, p in enumerate(distinct)}
+    rows = torch.tensor([where[tuple(p)] for p in prompts], device=device)
+    ids, attention, positions = left_pad(distinct, pad_id, device)
+    out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True)
+    batch, length = len(prompts), max(len(c) for c in completions)
+    targets = torch.full((batch, length), pad_id, dtype=torch.long)
+    mask = torch.zeros((batch, length))
+    for row, c in enumerate(completions):
+        targets[row, : len(c)] = torch.tensor(list(c), dtype=torch.long)
+        mask[row, : len(c)] = 1
+    targets, mask = targets.to(device), mask.to(device)
+    # index_select, not indexing: its backward (index_add_) adds the rows' gradients in a fixed order on CPU, where
+    # indexing's (index_put_ with accumulate) gave run-to-run differences of ~1e-7 in the trained weights
+    logits = out.logits[:, -1:, :].index_select(0, rows)  # predicts each completion's first token
+    if length > 1:  # the completions but their last token, after their prompt's cache
+        cache = _cache_of(out)
+        cache.reorder_cache(rows)  # every layer's keys and values: index_select(0, rows)
+        seen = torch.cat([attention[rows], mask[:, :-1].to(attention.dtype)], dim=1)
+        after = positions[rows][:, -1:] + 1 + torch.arange(length - 1, device=device)
+        rest = model(input_ids=targets[:, :-1], attention_mask=seen, position_ids=after, past_key_values=cache,
+                     use_cache=True).logits
+        logits = torch.cat([logits, rest], dim=1)
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return logprobs * mask, mask

@@ -29,15 +29,16 @@ class BaselineCell(TrainerCell):
         return [cls.make(f"baseline/{setting.label}/{setting.task}", setting.common)]
 
     def cost_estimate(self, config: StudyConfig) -> dict[str, float]:
-        """Evaluations play the system twice (scores, then the learner's parse/verdict rates) and the system
-        without the learner once."""
+        """The evaluation plays the system once (its scores and the learner's parse/verdict rates read the same
+        episodes: :func:`~crl_envs.study.cells.trained.evaluation_with_rates`) and the system without the learner
+        once."""
         s, names = self.spec, self.names()
         n = len(names)
         per_episode = self.calls(names, list(range(n)))
         without = self.calls(names, list(range(n - 1))) if n > 1 else 0.0
         evals = s["n_eval"]
-        calls = (2 * per_episode + without) * evals
-        return {"runs": 0.0, "episodes": float(evals * (2 + bool(without))), "calls": calls,
+        calls = (per_episode + without) * evals
+        return {"runs": 0.0, "episodes": float(evals * (1 + bool(without))), "calls": calls,
                 "tokens": calls * s["max_new_tokens"]}
 
     def run_trainer(self, spec: dict[str, Any], context: CellContext) -> dict[str, Any]:

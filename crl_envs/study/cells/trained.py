@@ -6,7 +6,8 @@ evaluation gives. The trainers are read by what their classes declare, never by 
   (:attr:`trainers.PolicyGradientTrainer.episodes_per_question`, ``plays_system``);
 - :data:`TRAINER_OPTIONS` — a study option reaches the trainers whose config class has its field
   (``training.shapley_coalitions`` -> ``coalitions_per_question``: the Shapley-credit trainer's);
-- :func:`untrained_evaluation` — the untrained learner's evaluation (no trainer built: nothing trains).
+- :func:`untrained_evaluation` — the untrained learner's evaluation (no trainer built: nothing trains);
+- :func:`evaluation_with_rates` — scores and the learner's parse/verdict rates from one greedy play.
 """
 
 from __future__ import annotations
@@ -54,16 +55,14 @@ def untrained_evaluation(spec: dict[str, Any]) -> tuple[Any, dict[str, float | N
     from dataclasses import replace
 
     from trainers.controls import without_learner
-    from trainers.evaluation import evaluate_policy
 
     pool = build_pool(spec["pool"])
     held_out = build_task(spec["task"], split=spec["eval_split"], n=spec["n_eval"])
     learners = list(spec["learners"]) if "learners" in spec else [spec["learner"]]
     policies = {j: pool[j] for j in learners}
     settings = dict(max_new_tokens=spec["max_new_tokens"], protocol_options=spec["options"], seed=0)
-    result = evaluate_policy(spec["protocol"], pool, held_out, policies, **settings)
-    result = replace(result, without_learner=without_learner(spec["protocol"], pool, held_out, learners, **settings))
-    return result, learner_rates(spec["protocol"], pool, held_out, policies, learners[0], **settings)
+    result, rates = evaluation_with_rates(spec["protocol"], pool, held_out, policies, learners[0], **settings)
+    return replace(result, without_learner=without_learner(spec["protocol"], pool, held_out, learners, **settings)), rates
 
 
 def build_trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Path | None,
@@ -141,18 +140,38 @@ def rates(trainer: Any, task: Any) -> dict[str, float | None]:
                          protocol_options=trainer.config.protocol_options, seed=trainer.config.seed)
 
 
+def trained_evaluation(trainer: Any) -> tuple[Any, dict[str, float | None]]:
+    """The trained learner(s) on the trainer's held-out questions: ``trainer.evaluate(controls=False)`` and
+    :func:`learner_rates`, from one greedy play (the scores and the rates read the same episodes)."""
+    return evaluation_with_rates(trainer.protocol, trainer.pool, trainer.eval_task, trainer.policies,
+                                 trainer.learners[0], max_new_tokens=trainer.config.max_new_tokens,
+                                 protocol_options=trainer.config.protocol_options, seed=trainer.config.seed)
+
+
+def evaluation_with_rates(protocol: Any, pool: Any, task: Any, policies: dict[str, Any], learner: str, *,
+                          max_new_tokens: int, protocol_options: dict[str, Any], seed: int
+                          ) -> tuple[Any, dict[str, float | None]]:
+    """:func:`trainers.evaluation.evaluate_policy` of ``policies`` on ``task`` and :func:`learner_rates` of
+    ``learner``, from one greedy play (:func:`trainers.evaluation.greedy_episodes`: both read the same episodes,
+    which they played twice before #55)."""
+    from trainers.controls import answer_rates
+    from trainers.evaluation import evaluate_policy, greedy_episodes
+
+    settings = dict(max_new_tokens=max_new_tokens, protocol_options=protocol_options, seed=seed)
+    episodes = greedy_episodes(protocol, pool, task, policies, **settings)
+    return evaluate_policy(protocol, pool, task, policies, episodes=episodes, **settings), \
+        answer_rates(episodes, learner)
+
+
 def learner_rates(protocol: Any, pool: Any, task: Any, policies: dict[str, Any], learner: str, *, max_new_tokens: int,
                   protocol_options: dict[str, Any], seed: int) -> dict[str, float | None]:
     """``learner``'s parse rate and, as a judge, verdict rate on ``task`` (greedy, the whole system with
     ``policies`` playing the learners)."""
-    from agents import SamplingParams
     from trainers.controls import answer_rates
-    from trainers.rollout import rollout_episodes
+    from trainers.evaluation import greedy_episodes
 
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
-    episodes = rollout_episodes(protocol, pool, task, policies, options=protocol_options,
-                                examples=[ex.id for ex in task], samples=1, seed=seed,
-                                learner_sampling=greedy, partner_sampling=greedy)
+    episodes = greedy_episodes(protocol, pool, task, policies, max_new_tokens=max_new_tokens,
+                               protocol_options=protocol_options, seed=seed)
     return answer_rates(episodes, learner)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from crl_envs.study.cells.base import Cell, CellContext, TableInputs
 from crl_envs.study.cells.setting import Setting
-from crl_envs.study.cells.trained import TrainerCell, build_trainer, rates, scores, takes_option
+from crl_envs.study.cells.trained import TrainerCell, build_trainer, scores, takes_option, trained_evaluation
 from crl_envs.study.config import StudyConfig
 
 
@@ -43,13 +43,13 @@ class TrainingCell(TrainerCell):
         return out
 
     def cost_estimate(self, config: StudyConfig) -> dict[str, float]:
-        """The fit, then the evaluation: the system twice on the held-out questions (scores, then rates)."""
+        """The fit, then the evaluation: the system once on the held-out questions (scores and rates, one play)."""
         names = self.names()
         per_episode = self.calls(names, list(range(len(names))))
         train_episodes, per_train = self.training_episodes(per_episode)
         evals = self.spec["n_eval"]
-        calls = train_episodes * per_train + 2 * per_episode * evals
-        return {"runs": 1.0, "episodes": train_episodes + 2 * evals, "calls": calls,
+        calls = train_episodes * per_train + per_episode * evals
+        return {"runs": 1.0, "episodes": train_episodes + evals, "calls": calls,
                 "tokens": calls * self.spec["max_new_tokens"]}
 
     def add_to_tables(self, tables: TableInputs, results: Mapping[str, dict[str, Any]]) -> None:
@@ -61,12 +61,13 @@ class TrainingCell(TrainerCell):
         trainer = build_trainer(spec, spec["trainer"], spec["seed"], Path(context.out) / "train" / self.fingerprint,
                                 context.tracking)
         trainer.fit()
-        result = trainer.evaluate(controls=False)  # the system without the learner: once, in the baseline cell
+        # the system without the learner: once, in the baseline cell; the scores and rates: one play
+        result, learner_rates = trained_evaluation(trainer)
         zero = zero_variance_share(trainer.history)
         chosen = {"learning_rate": spec["learning_rate"], **({"learning_rate_choice": spec["learning_rate_choice"]}
                                                               if "learning_rate_choice" in spec else {})}
         return {**scores(result), "rollouts": trainer.rollouts, "zero_variance": zero,
-                "rates": rates(trainer, trainer.eval_task), **chosen,
+                "rates": learner_rates, **chosen,
                 "summary": f"after training: system {result.system_accuracy:.3f}, learner alone "
                            f"{result.standalone_accuracy:.3f}, {trainer.rollouts} rollouts, zero-variance groups "
                            f"{zero if zero is None else round(zero, 2)}, lr {spec['learning_rate']:g}"}
