@@ -30,7 +30,9 @@ Baselines through the same path (``reward=``): ``"standalone"`` (the learner ans
 own correctness, :func:`standalone_reward`) and ``"loo"`` (system score minus v(N∖{i}), the coalition
 without the learner played once per question and call, :func:`loo_reward`). TRL always subtracts the
 group mean, so under TRL the LOO reward gives exactly C-RL's advantages (the counterfactual is
-constant within a group), at the cost of the extra episodes.
+constant within a group), at the cost of the extra episodes. Each is the learner's credit object
+(:mod:`crl_envs.valuation.credit`, :attr:`CRLRollout.credit`), the native trainers' and the seat's: its
+coalition, its counterfactuals and the reward an episode earns from their values.
 
 **One learner per TRL trainer.** ``GRPOTrainer`` owns one model, one optimizer and one set of
 completions per prompt, so :class:`CRLRollout` carries exactly one learner: its rows are that model's

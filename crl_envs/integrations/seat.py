@@ -37,10 +37,20 @@ from crl_envs import tasks as task_registry
 from crl_envs.protocols.base import with_speaker_stops
 from crl_envs.runner import Episode, EpisodeStepper, RequestMemo, run_episodes
 from crl_envs.tasks import Example, Task
+from crl_envs.valuation.credit import REGISTRY as CREDIT_REGISTRY
 from crl_envs.valuation.credit import Credit, credit
 from crl_kit.errors import ConfigError
 
-REWARDS = ("system", "loo", "shapley")
+
+def seat_credits() -> tuple[str, ...]:
+    """The registered credits a seat can hand out: those whose learner plays the game's protocol (not, like
+    ``"standalone"``, a protocol of its own)."""
+    return tuple(name for name, cls in CREDIT_REGISTRY.items() if cls.protocol is None)
+
+
+#: The built-in credits a seat takes (``reward=``): those that play the game's own protocol. A credit registered
+#: later (:func:`crl_envs.valuation.credit.register`) is taken too, by name or as an object.
+REWARDS = seat_credits()
 
 
 def render(messages: Sequence[Message]) -> str:
@@ -59,21 +69,24 @@ class SeatGame:
         protocol: a protocol factory or name (``"debate"``); ``options``: its keyword options.
         pool: the models (``agents.pool("zoo")``); ``learner``: the pool member whose seat is external.
         task: the questions (a Task or a name).
-        reward: ``"system"``, ``"loo"`` or ``"shapley"`` (module docstring).
+        reward: ``"system"``, ``"loo"`` or ``"shapley"`` (module docstring), or any registered credit of
+            :mod:`crl_envs.valuation.credit` that plays the game's protocol (a name or a
+            :class:`~crl_envs.valuation.credit.Credit`).
         partner_sampling: the partners' sampling (default: greedy, 256 tokens).
         seed: the runner's seed (a question's episode is the same whoever asks).
         memo: a :class:`crl_envs.runner.RequestMemo` for the partners' and counterfactuals' requests.
     """
 
     def __init__(self, protocol: Any, pool: Pool | Sequence[Any] | str, task: Task | str, learner: str, *,
-                 reward: str = "system", options: Mapping[str, Any] | None = None,
+                 reward: str | Credit = "system", options: Mapping[str, Any] | None = None,
                  partner_sampling: SamplingParams | None = None, seed: int = 0, memo: RequestMemo | None = None):
         self.factory = protocols.get(protocol)  # an unknown protocol fails here, naming the known ones
         self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
         if learner not in self.pool.ids:
             raise ConfigError(f"learner {learner!r} is not in the pool; pool agents are {self.pool.ids}")
-        if reward not in REWARDS:
-            raise ConfigError(f"reward must be one of {REWARDS}, got {reward!r}")
+        if reward not in seat_credits() and not (isinstance(reward, Credit) and reward.protocol is None):
+            raise ConfigError(f"reward must be one of {seat_credits()} or a Credit that plays the game's protocol, "
+                              f"got {reward!r}")
         self.task = task if isinstance(task, Task) else task_registry.load(task)
         self.options = dict(options or {})
         protocols.check_options(self.factory, self.options)
