@@ -130,13 +130,10 @@ class Credit:
         return total
 
     def episodes_per_question(self, generations: int, players: int, learners: int = 1) -> int:
-        """Episodes a trainer step plays per question: G = ``generations`` per coalition of each of ``learners``
-        learners among ``players``, plus the counterfactuals that do not cancel under its baseline."""
+        """Episodes a trainer step plays per question, ``learners`` of ``players`` trained: G = ``generations`` per
+        coalition played, plus the counterfactuals that do not cancel under its baseline (here: one coalition
+        that every learner shares, G)."""
         return generations
-
-    def describe(self) -> dict[str, Any]:
-        """Its name and options (what a run's settings record)."""
-        return {"name": self.name}
 
 
 #: name -> :class:`Credit` subclass: the one registry (:func:`register` adds to it).
@@ -206,9 +203,6 @@ class LOOCredit(Credit):
         """G, plus ``samples`` for each learner's coalition without it (none for a pool of one: that is v(∅))."""
         return generations + (learners * self.samples if players > 1 else 0)
 
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "samples": self.samples}
-
 
 @register
 class ShapleyCredit(Credit):
@@ -251,9 +245,6 @@ class ShapleyCredit(Credit):
         if self.draws is None:
             return generations * (2**players - 2 ** (players - learners))
         return generations * learners * self.draws
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "coalitions": self.draws}
 
 
 #: The credits the trainers, the TRL rollout and the seat take, by name, in registration order.
