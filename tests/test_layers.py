@@ -38,6 +38,9 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     "sandbox": (0, ("crl_envs.sandbox", "crl_envs.sandbox.*")),
     "backends": (0, ("agents", "agents.*")),
     "tasks": (1, ("crl_envs.tasks", "crl_envs.tasks.*")),
+    # the learner's credit (coalitions, reward, episodes per question), on the estimators' weights: the trainers,
+    # the TRL rollout and the seat all ask it
+    "credit": (1, ("crl_envs.valuation.credit",)),
     "protocols": (2, ("crl_envs.protocols", "crl_envs.protocols.*", "crl_envs.roster", "crl_envs.spaces",
                       "crl_envs.wrappers")),
     "runner": (3, ("crl_envs.runner",)),

@@ -340,7 +340,10 @@ def test_tiny_zoo_study_renders_the_training_verdicts(tmp_path):
 
 
 def test_the_plan_prices_every_trainer_of_the_roster():
-    from crl_envs.study.plan import trainer_episodes
+    from crl_envs.study.plan import trainer_credit
 
-    costs = {t: trainer_episodes(t) for t in trainers.ROSTER}  # each trainer declares its own: none KeyErrors
-    assert costs["placebo"] == costs["crl"] == (1.0, True) and costs["grpo"] == (1.0, False)
+    credits = {t: trainer_credit(t) for t in trainers.ROSTER}  # each trainer declares its own: none KeyErrors
+    costs = {t: (c.episodes_per_question(8, players=5), c.plays_system) for t, c in credits.items()}
+    assert costs["placebo"] == costs["crl"] == (8, True) and costs["grpo"] == (8, False)
+    assert costs["loo_reward"] == (8 + 1, True) and costs["shapley_credit"] == (8 * 2**4, True)
+    assert trainer_credit("shapley_credit", {"shapley_coalitions": 3}).episodes_per_question(8, players=5) == 8 * 3

@@ -16,9 +16,10 @@
 - :func:`compare` — before/after evaluations -> Δ accuracy with paired bootstrap CIs, printed in points.
 """
 
+from crl_envs.valuation.estimators import shapley_weight  # the one place the weights are written
 from trainers.advantages import ADVANTAGES, compute_advantages, register_advantage
 from trainers.base import PolicyGradientTrainer, RolloutBatch, Trainer
-from trainers.baselines import GRPOTrainer, LOORewardTrainer, ShapleyCreditTrainer, shapley_weight
+from trainers.baselines import GRPOTrainer, LOORewardTrainer, ShapleyCreditTrainer
 from trainers.callbacks import TrainerCallback
 from trainers.config import (
     CRLConfig,

@@ -36,6 +36,7 @@ from crl_envs import tasks as task_registry
 from crl_envs.runner import Episode, RequestMemo
 from crl_envs.stats import PairedCI, paired_bootstrap_ci  # noqa: F401  (the statistics live there)
 from crl_envs.tasks import Task
+from crl_envs.valuation.credit import Credit, SystemCredit
 from crl_kit.errors import ConfigError, ConfigTypeError
 from crl_kit.safe_io import read_json
 from crl_kit.serial import jsonable
@@ -174,10 +175,17 @@ class PolicyGradientTrainer(abc.ABC):
     config_class: type[TrainerConfig] = TrainerConfig
     #: Whether :meth:`collect` handles several learners (:attr:`training`); built-in: C-RL, LOO, Shapley.
     multi_learner: bool = False
-    #: Episodes per question and step, as a multiple of G (a study's cost estimate reads it), and whether they
-    #: are system episodes (False: the learner alone, one call each).
-    episodes_per_question: float = 1.0
-    plays_system: bool = True
+
+    @classmethod
+    def credit_for(cls, config: TrainerConfig) -> Credit:
+        """The learner's credit under ``config`` (:mod:`crl_envs.valuation.credit`): the coalitions :meth:`collect`
+        plays, the reward, and the episodes per question a study's cost estimate reads. C-RL's: the system's score."""
+        return SystemCredit()
+
+    @property
+    def credit(self) -> Credit:
+        """:meth:`credit_for` this trainer's config."""
+        return self.credit_for(self.config)
 
     def __init__(
         self,

@@ -12,19 +12,21 @@ LOO plays G + k x ``counterfactual_samples`` (one coalition without each learner
 G x (2^n - 2^(n-k)) exactly (every coalition containing at least one learner, each trains the learners in
 it) or G x k x ``coalitions_per_question`` sampled (each learner draws its own). GRPO trains one learner.
 Under ``"round_robin"`` a step costs what one learner's step costs.
+
+Each trainer's credit is an object of :mod:`crl_envs.valuation.credit` (:meth:`~PolicyGradientTrainer.credit_for`
+its config): it names the coalitions :meth:`collect` plays, their weights, and these counts
+(:meth:`~crl_envs.valuation.credit.Credit.episodes_per_question`, which a study's cost estimate reads).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
-from crl_envs.valuation.estimators import shapley_weight  # the one place the weights are written
+from crl_envs.valuation.credit import Credit, LOOCredit, ShapleyCredit, StandaloneCredit
 from trainers.base import PolicyGradientTrainer, RolloutBatch
-from trainers.config import GRPOConfig, LOORewardConfig, ShapleyCreditConfig
+from trainers.config import GRPOConfig, LOORewardConfig, ShapleyCreditConfig, TrainerConfig
 
 
 class GRPOTrainer(PolicyGradientTrainer):
@@ -33,10 +35,15 @@ class GRPOTrainer(PolicyGradientTrainer):
     during training; :meth:`evaluate` still measures the system."""
 
     config_class = GRPOConfig
-    plays_system = False
+
+    @classmethod
+    def credit_for(cls, config: TrainerConfig) -> Credit:
+        return StandaloneCredit()
 
     def collect(self, examples: list[str], seed: int, training: Sequence[str] | None = None) -> RolloutBatch:
-        episodes = self.play(examples, seed, protocol="vote", coalition=[self.learner],
+        credit = self.credit
+        (alone,) = credit.coalitions(self.pool.ids, self.learner)
+        episodes = self.play(examples, seed, protocol=credit.protocol, coalition=list(alone.members),
                              training=self._training_now(training))
         rewards, index = self.group(episodes, [ep.score for ep in episodes], len(examples))
         return RolloutBatch(episodes, rewards, index, rollouts=len(episodes))
@@ -52,23 +59,28 @@ class LOORewardTrainer(PolicyGradientTrainer):
     config_class = LOORewardConfig
 
     multi_learner = True
-    episodes_per_question = 1.125  # G + counterfactual_samples (1) per question, G = 8
+
+    @classmethod
+    def credit_for(cls, config: TrainerConfig) -> Credit:
+        return LOOCredit(samples=config.counterfactual_samples)
 
     def collect(self, examples: list[str], seed: int, training: Sequence[str] | None = None) -> RolloutBatch:
+        """The G system episodes (rewards: their scores), and per learner the counterfactual v(N \\ {i}) of its
+        credit (:class:`~crl_envs.valuation.credit.LOOCredit`) that ``"loo_counterfactual"`` subtracts."""
         training = self._training_now(training)
         episodes = self.play(examples, seed, training=training)
         rewards, index = self.group(episodes, [ep.score for ep in episodes], len(examples))
         played = len(episodes)
+        credit = self.credit
         counterfactuals = {}
         for j in training:
-            others = [a for a in self.pool.ids if a != j]
-            if others:
-                samples = self.config.counterfactual_samples
+            (system,) = credit.coalitions(self.pool.ids, j)
+            if system.without:
                 # the other learners play their current policy greedily there, like partners
-                without = self.play(examples, seed, coalition=others, samples=samples, training=[])
+                without = self.play(examples, seed, coalition=list(system.without), samples=credit.samples, training=[])
                 played += len(without)
                 counterfactuals[j] = torch.tensor([ep.score for ep in without],
-                                                  dtype=torch.float64).reshape(len(examples), samples).mean(1)
+                                                  dtype=torch.float64).reshape(len(examples), credit.samples).mean(1)
             else:
                 counterfactuals[j] = torch.full((len(examples),), float(self.protocol(self.pool, self.task).empty_value),
                                                 dtype=torch.float64)
@@ -91,28 +103,18 @@ class ShapleyCreditTrainer(PolicyGradientTrainer):
     config_class = ShapleyCreditConfig
 
     multi_learner = True
-    episodes_per_question = 2.0  # per sampled coalition
+
+    @classmethod
+    def credit_for(cls, config: TrainerConfig) -> Credit:
+        return ShapleyCredit(coalitions=config.coalitions_per_question)
 
     def coalitions(self, seed: int, learner: str | None = None) -> list[tuple[list[str], float]]:
-        """(members, weight) pairs of ``learner`` (default: the one learner) for one step; weights average 1."""
+        """(members, weight) pairs of ``learner`` (default: the one learner) for one step: its credit's coalitions
+        (:class:`~crl_envs.valuation.credit.ShapleyCredit`) and their group weights, which average 1."""
         learner = self.learner if learner is None else learner
-        others = [a for a in self.pool.ids if a != learner]
-        n = len(self.pool)
-        k = self.config.coalitions_per_question
-        if k is None:
-            every = [list(c) for size in range(len(others) + 1) for c in itertools.combinations(others, size)]
-            return [(self._ordered([learner, *c]), len(every) * shapley_weight(len(c) + 1, n)) for c in every]
-        position = self.learners.index(learner)
-        rng = np.random.default_rng([self.config.seed, seed, *([position] if position else [])])
-        drawn = []
-        for _ in range(k):
-            size = int(rng.integers(0, n))  # partners: 0 .. n-1, uniformly (the Shapley distribution)
-            partners = list(rng.choice(others, size=size, replace=False)) if size else []
-            drawn.append((self._ordered([learner, *partners]), 1.0))
-        return drawn
-
-    def _ordered(self, members: list[str]) -> list[str]:
-        return [a for a in self.pool.ids if a in set(members)]
+        position = self.learners.index(learner) if learner in self.learners else 0
+        played = self.credit.coalitions(self.pool.ids, learner, seed=[self.config.seed, seed, *([position] if position else [])])
+        return [(list(c.members), c.group_weight) for c in played]
 
     def collect(self, examples: list[str], seed: int, training: Sequence[str] | None = None) -> RolloutBatch:
         """Exact: every coalition containing a learner of ``training`` (default :attr:`training`) is played

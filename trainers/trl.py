@@ -30,7 +30,9 @@ Baselines through the same path (``reward=``): ``"standalone"`` (the learner ans
 own correctness, :func:`standalone_reward`) and ``"loo"`` (system score minus v(N∖{i}), the coalition
 without the learner played once per question and call, :func:`loo_reward`). TRL always subtracts the
 group mean, so under TRL the LOO reward gives exactly C-RL's advantages (the counterfactual is
-constant within a group), at the cost of the extra episodes.
+constant within a group), at the cost of the extra episodes. Each is the learner's credit object
+(:mod:`crl_envs.valuation.credit`, :attr:`CRLRollout.credit`), the native trainers' and the seat's: its
+coalition, its counterfactuals and the reward an episode earns from their values.
 
 **One learner per TRL trainer.** ``GRPOTrainer`` owns one model, one optimizer and one set of
 completions per prompt, so :class:`CRLRollout` carries exactly one learner: its rows are that model's
@@ -65,13 +67,17 @@ from crl_envs import protocols
 from crl_envs import tasks as task_registry
 from crl_envs.runner import Episode
 from crl_envs.tasks import Task
+from crl_envs.valuation.credit import credit
 from crl_kit.errors import ConfigError, ConfigTypeError, MissingDependencyError
 from trainers.evaluation import EvalResult, evaluate_policy
 from trainers.rollout import learner_sequences, rollout_episodes
 
 #: TRL versions this module is tested with (``pyproject.toml``'s ``trl`` extra).
 TRL_VERSIONS = (">=1.16", "<1.17")
-REWARDS = ("system", "standalone", "loo")
+#: The credits a rollout takes (``reward=``; :mod:`crl_envs.valuation.credit`): those whose learner plays one
+#: coalition, a row's reward being its episode's. Each returns its reward in this field, read by its function.
+REWARD_FIELDS = {"system": "system_score", "standalone": "standalone_score", "loo": "loo_reward"}
+REWARDS = tuple(REWARD_FIELDS)
 
 
 def _import_trl():
@@ -237,6 +243,9 @@ class CRLRollout:
             raise ConfigError(f"learner {learner!r} is not in the pool; pool agents are {self.pool.ids}")
         if reward not in REWARDS:
             raise ConfigError(f"reward must be one of {REWARDS}, got {reward!r}")
+        #: the learner's credit (:mod:`crl_envs.valuation.credit`) and the one coalition its episodes play
+        self.credit = credit(reward)
+        (self._own,) = self.credit.coalitions(self.pool.ids, learner)
         if isinstance(turns_per_episode, bool) or not isinstance(turns_per_episode, int) or turns_per_episode < 1:
             raise ConfigError(f"turns_per_episode must be an int >= 1, got {turns_per_episode!r}")
         source = self.pool[learner]
@@ -245,6 +254,7 @@ class CRLRollout:
                 raise ConfigTypeError(f"learner {learner!r} is a {type(source).__name__}, which exposes no {attr!r}: TRL trains a "
                                 "transformers model; make the learner an agents.HFAgent (spec 'hf:<path>')")
         self.learner, self.reward, self.turns_per_episode, self.seed = learner, reward, turns_per_episode, seed
+        self.reward_field = REWARD_FIELDS[reward]
         self.protocol_options = dict(protocol_options or {})
         self.protocol(self.pool, self.task, **self.protocol_options)  # bad options fail here, not in the first step
         self.partner_sampling = SamplingParams(temperature=partner_temperature, max_new_tokens=partner_max_new_tokens or 1)
@@ -293,10 +303,40 @@ class CRLRollout:
 
     # ------------------------------------------------------------------ one call
     def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
-        args, accelerator = trainer.args, trainer.accelerator
+        """Play every prompt row's question (G episodes each, the learner's credit's coalitions with them) and
+        return one completion row per learner turn, each carrying its episode's reward."""
+        rows_of = self._rows_of(prompts, trainer.num_generations)
+        mode = "train" if trainer.model.training else "eval"
+        step, rank = trainer.state.global_step, trainer.accelerator.process_index
+        by_count: OrderedDict[int, list[str]] = OrderedDict()  # one runner call per distinct episode count
+        for example, rows in rows_of.items():
+            by_count.setdefault(len(rows) // self.turns_per_episode, []).append(example)
+        episodes_of: dict[str, list[Episode]] = {}
+        values_of: dict[str, dict[tuple[str, ...], float]] = {}  # example -> each counterfactual's value
+        played = 0
+        with self._learner_policy(trainer) as policy:
+            for samples, examples in by_count.items():
+                common = dict(examples=examples, seed=stable_hash(self.seed, "trl", mode, step, rank, samples) % (2**31),
+                              **self._sampling(trainer.args))
+                eps = self._play(policy, self._own.members, samples=samples, protocol=self.credit.protocol, **common)
+                played += len(eps)
+                for e, example in enumerate(examples):
+                    episodes_of[example] = eps[e * samples : (e + 1) * samples]
+                    values_of.setdefault(example, {})
+                for without in self.credit.counterfactuals([self._own]):
+                    played += self._value(policy, without, values_of, **common)
+        out = self._rows(rows_of, episodes_of, values_of, trainer.processing_class)
+        self.rollouts += played
+        self.calls.append({"step": step, "mode": mode, "process": rank, "questions": list(rows_of),
+                           "rows": [len(r) for r in rows_of.values()],
+                           "episodes": len(self.episodes), "played": played})
+        return out
+
+    def _rows_of(self, prompts: list, num_generations: int) -> OrderedDict[str, list[int]]:
+        """Example id -> its prompt rows, checked: each row a question of the task, K rows per episode."""
         k = self.turns_per_episode
-        if trainer.num_generations % k:
-            raise ConfigError(f"GRPOConfig.num_generations={trainer.num_generations} is not G x turns_per_episode "
+        if num_generations % k:
+            raise ConfigError(f"GRPOConfig.num_generations={num_generations} is not G x turns_per_episode "
                              f"(turns_per_episode={k}); use trainers.trl.grpo_config(num_generations=G, turns_per_episode={k})")
         rows_of: OrderedDict[str, list[int]] = OrderedDict()
         for row, prompt in enumerate(prompts):
@@ -309,52 +349,45 @@ class CRLRollout:
             if len(rows) % k:
                 raise ConfigError(f"this process got {len(rows)} rows of question {example!r}, not a multiple of "
                                  f"turns_per_episode={k}; make per_device_train_batch_size a multiple of num_generations")
-        mode = "train" if trainer.model.training else "eval"
-        step, rank = trainer.state.global_step, accelerator.process_index
-        learner_sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p,
-                                          max_new_tokens=args.max_completion_length)
-        partner_sampling = SamplingParams(temperature=self.partner_sampling.temperature,
-                                          max_new_tokens=self._partner_max_new_tokens or args.max_completion_length)
-        eos = trainer.processing_class.eos_token_id
-        eos = eos if isinstance(eos, int) else None
+        return rows_of
 
-        by_count: OrderedDict[int, list[str]] = OrderedDict()  # one runner call per distinct episode count
-        for example, rows in rows_of.items():
-            by_count.setdefault(len(rows) // k, []).append(example)
-        episodes_of: dict[str, list[Episode]] = {}
-        counterfactual: dict[str, float] = {}
-        played = 0
-        with self._learner_policy(trainer) as policy:
-            for samples, examples in by_count.items():
-                seed = stable_hash(self.seed, "trl", mode, step, rank, samples) % (2**31)
-                common = dict(examples=examples, samples=samples, seed=seed, learner_sampling=learner_sampling,
-                              partner_sampling=partner_sampling)
-                if self.reward == "standalone":
-                    eps = rollout_episodes("vote", self.pool, self.task, self.learner, policy, coalition=[self.learner],
-                                           **common)
-                else:
-                    eps = rollout_episodes(self.protocol, self.pool, self.task, self.learner, policy,
-                                           options=self.protocol_options, **common)
-                played += len(eps)
-                for e, example in enumerate(examples):
-                    episodes_of[example] = eps[e * samples : (e + 1) * samples]
-                if self.reward == "loo":
-                    others = [a for a in self.pool.ids if a != self.learner]
-                    if others:
-                        without = rollout_episodes(self.protocol, self.pool, self.task, self.learner, policy,
-                                                   coalition=others, options=self.protocol_options,
-                                                   **{**common, "samples": 1})
-                        played += len(without)
-                        counterfactual.update({ep.example_id: ep.score for ep in without})
-                    else:
-                        empty = float(self.protocol(self.pool, self.task, **self.protocol_options).empty_value)
-                        counterfactual.update(dict.fromkeys(examples, empty))
+    def _sampling(self, args: Any) -> dict[str, SamplingParams]:
+        """The learner's sampling (the trainer's temperature, top-p, completion length) and the partners'."""
+        return {"learner_sampling": SamplingParams(temperature=args.temperature, top_p=args.top_p,
+                                                   max_new_tokens=args.max_completion_length),
+                "partner_sampling": SamplingParams(temperature=self.partner_sampling.temperature,
+                                                   max_new_tokens=self._partner_max_new_tokens or args.max_completion_length)}
 
-        n = len(prompts)
-        out: dict[str, list] = {"prompt_ids": [None] * n, "completion_ids": [None] * n, "logprobs": [None] * n,
-                                "env_mask": [None] * n, "example_id": [None] * n, "episode_score": [None] * n}
-        reward_key = {"system": "system_score", "standalone": "standalone_score", "loo": "loo_reward"}[self.reward]
-        out[reward_key] = [None] * n
+    def _play(self, policy: Agent, members: Sequence[str], *, protocol: str | None = None, **common: Any) -> list[Episode]:
+        """Episodes of ``members`` (everyone: the protocol's own coalition) under ``protocol`` (default: the rollout's)."""
+        coalition = None if set(members) == set(self.pool.ids) else list(members)
+        if protocol is not None:
+            return rollout_episodes(protocol, self.pool, self.task, self.learner, policy, coalition=coalition, **common)
+        return rollout_episodes(self.protocol, self.pool, self.task, self.learner, policy, coalition=coalition,
+                                options=self.protocol_options, **common)
+
+    def _value(self, policy: Agent, members: tuple[str, ...], values_of: dict, *, examples: list[str], **common: Any) -> int:
+        """Each example's value of the counterfactual ``members`` (the mean of the credit's samples; the empty
+        coalition: the protocol's ``v(∅)``) into ``values_of``; returns the episodes played."""
+        if not members:
+            empty = float(self.protocol(self.pool, self.task, **self.protocol_options).empty_value)
+            for example in examples:
+                values_of[example][members] = empty
+            return 0
+        eps = self._play(policy, members, examples=examples, **{**common, "samples": self.credit.samples})
+        per = self.credit.samples
+        for e, example in enumerate(examples):
+            values_of[example][members] = sum(ep.score for ep in eps[e * per : (e + 1) * per]) / per
+        return len(eps)
+
+    def _rows(self, rows_of: OrderedDict[str, list[int]], episodes_of: dict[str, list[Episode]],
+              values_of: dict[str, dict], tokenizer: Any) -> dict[str, list]:
+        """TRL's rows: one per learner turn of each episode (padded with masked rows to K), each with its
+        episode's reward (:meth:`~crl_envs.valuation.credit.Credit.reward`) under :attr:`reward_field`."""
+        k, n = self.turns_per_episode, sum(len(rows) for rows in rows_of.values())
+        eos = tokenizer.eos_token_id if isinstance(tokenizer.eos_token_id, int) else None
+        out: dict[str, list] = {key: [None] * n for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
+                                                            "example_id", "episode_score", self.reward_field)}
         self.episodes, self.row_episode = [], [0] * n
         for example, rows in rows_of.items():
             cursor = iter(rows)
@@ -364,23 +397,16 @@ class CRLRollout:
                 if len(turns) > k:
                     raise ConfigError(f"the learner spoke {len(turns)} times in an episode of {example!r}, more than "
                                      f"turns_per_episode={k}; raise turns_per_episode (and num_generations with it)")
-                reward = ep.score - counterfactual[example] if self.reward == "loo" else ep.score
+                reward = self.credit.reward([self._own], {self._own.members: ep.score, **values_of[example]})
+                pad = [eos if eos is not None else tokenizer.pad_token_id]
                 for t in range(k):
                     row = next(cursor)
-                    if t < len(turns):
-                        seq = turns[t]
-                        out["prompt_ids"][row], out["completion_ids"][row] = seq.prompt_ids, seq.completion_ids
-                        out["logprobs"][row], out["env_mask"][row] = seq.logprobs, [1] * len(seq.completion_ids)
-                    else:  # the learner spoke fewer than K times: a masked row keeps the group's shape
-                        pad = [eos if eos is not None else trainer.processing_class.pad_token_id]
-                        out["prompt_ids"][row], out["completion_ids"][row] = pad, pad
-                        out["logprobs"][row], out["env_mask"][row] = [0.0], [0]
-                    out["example_id"][row], out["episode_score"][row], out[reward_key][row] = example, ep.score, reward
+                    seq = turns[t] if t < len(turns) else None  # fewer than K turns: a masked row keeps the group's shape
+                    out["prompt_ids"][row], out["completion_ids"][row] = (seq.prompt_ids, seq.completion_ids) if seq else (pad, pad)
+                    out["logprobs"][row] = seq.logprobs if seq else [0.0]
+                    out["env_mask"][row] = [1] * len(seq.completion_ids) if seq else [0]
+                    out["example_id"][row], out["episode_score"][row], out[self.reward_field][row] = example, ep.score, reward
                     self.row_episode[row] = len(self.episodes) - 1
-        self.rollouts += played
-        self.calls.append({"step": step, "mode": mode, "process": rank, "questions": list(rows_of),
-                           "rows": [len(r) for r in rows_of.values()],
-                           "episodes": len(self.episodes), "played": played})
         return out
 
     @contextlib.contextmanager

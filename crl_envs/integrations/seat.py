@@ -13,20 +13,19 @@ requests stop at the speaker markers (:func:`~crl_envs.protocols.base.with_speak
 models do: a message that goes on "\nAgent 1: ..." is cut there, so the learner cannot forge its
 partners' turns.
 
-Rewards (``reward=``), the trainers' own definitions (:mod:`trainers.baselines`):
+Rewards (``reward=``): the learner's credit (:mod:`crl_envs.valuation.credit`), the trainers' own objects:
 
 - ``"system"``: the system's score (C-RL).
 - ``"loo"``: the system's score minus v(N∖{i}), the coalition without the learner played on the same
   question and seed (cached per question: it does not depend on the learner).
-- ``"shapley"``: φ_i = Σ_S w(S) [v(S ∪ i) − v(S)] with :func:`trainers.shapley_weight`; v(S ∪ i) replays
-  the learner's messages of this episode, phase by phase, in the smaller coalition (the credit of *what
-  it said*), v(S) is cached per question. Exact over every coalition: 2^(n-1) − 1 extra episodes per
-  learner episode, for small pools.
+- ``"shapley"``: φ_i = Σ_S w(S ∪ i) [v(S ∪ i) − v(S)] over the credit's coalitions; v(S ∪ i) replays the
+  learner's messages of this episode, phase by phase, in the smaller coalition (the credit of *what it said*),
+  v(S) is cached per question. Exact over every coalition: 2^(n-1) − 1 extra episodes per learner episode,
+  for small pools.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -38,10 +37,20 @@ from crl_envs import tasks as task_registry
 from crl_envs.protocols.base import with_speaker_stops
 from crl_envs.runner import Episode, EpisodeStepper, RequestMemo, run_episodes
 from crl_envs.tasks import Example, Task
-from crl_envs.valuation.estimators import shapley_weight
+from crl_envs.valuation.credit import REGISTRY as CREDIT_REGISTRY
+from crl_envs.valuation.credit import Credit, credit
 from crl_kit.errors import ConfigError
 
-REWARDS = ("system", "loo", "shapley")
+
+def seat_credits() -> tuple[str, ...]:
+    """The registered credits a seat can hand out: those whose learner plays the game's protocol (not, like
+    ``"standalone"``, a protocol of its own)."""
+    return tuple(name for name, cls in CREDIT_REGISTRY.items() if cls.protocol is None)
+
+
+#: The built-in credits a seat takes (``reward=``): those that play the game's own protocol. A credit registered
+#: later (:func:`crl_envs.valuation.credit.register`) is taken too, by name or as an object.
+REWARDS = seat_credits()
 
 
 def render(messages: Sequence[Message]) -> str:
@@ -60,27 +69,33 @@ class SeatGame:
         protocol: a protocol factory or name (``"debate"``); ``options``: its keyword options.
         pool: the models (``agents.pool("zoo")``); ``learner``: the pool member whose seat is external.
         task: the questions (a Task or a name).
-        reward: ``"system"``, ``"loo"`` or ``"shapley"`` (module docstring).
+        reward: ``"system"``, ``"loo"`` or ``"shapley"`` (module docstring), or any registered credit of
+            :mod:`crl_envs.valuation.credit` that plays the game's protocol (a name or a
+            :class:`~crl_envs.valuation.credit.Credit`).
         partner_sampling: the partners' sampling (default: greedy, 256 tokens).
         seed: the runner's seed (a question's episode is the same whoever asks).
         memo: a :class:`crl_envs.runner.RequestMemo` for the partners' and counterfactuals' requests.
     """
 
     def __init__(self, protocol: Any, pool: Pool | Sequence[Any] | str, task: Task | str, learner: str, *,
-                 reward: str = "system", options: Mapping[str, Any] | None = None,
+                 reward: str | Credit = "system", options: Mapping[str, Any] | None = None,
                  partner_sampling: SamplingParams | None = None, seed: int = 0, memo: RequestMemo | None = None):
         self.factory = protocols.get(protocol)  # an unknown protocol fails here, naming the known ones
         self.pool = pool if isinstance(pool, Pool) else make_pool(pool)
         if learner not in self.pool.ids:
             raise ConfigError(f"learner {learner!r} is not in the pool; pool agents are {self.pool.ids}")
-        if reward not in REWARDS:
-            raise ConfigError(f"reward must be one of {REWARDS}, got {reward!r}")
+        if reward not in seat_credits() and not (isinstance(reward, Credit) and reward.protocol is None):
+            raise ConfigError(f"reward must be one of {seat_credits()} or a Credit that plays the game's protocol, "
+                              f"got {reward!r}")
         self.task = task if isinstance(task, Task) else task_registry.load(task)
         self.options = dict(options or {})
         protocols.check_options(self.factory, self.options)
         env = self.factory(self.pool, self.task, **self.options)
         self.name = env.metadata["name"]
         self.learner, self.reward, self.seed, self.memo = learner, reward, seed, memo
+        #: the learner's credit under ``reward``, and the coalitions containing the learner it values
+        self.learner_credit: Credit = credit(reward)
+        self.coalitions = self.learner_credit.coalitions(self.pool.ids, learner)
         self.partner_sampling = partner_sampling or SamplingParams(temperature=0.0, max_new_tokens=256)
         #: every agent's sampling: the partners', and the learner's with the speaker stops
         self.sampling = {agent_id: self.partner_sampling for agent_id in env.possible_agents}
@@ -124,23 +139,19 @@ class SeatGame:
         return self._values[key]
 
     def credit(self, episode: Episode, example: Example) -> float:
-        """The learner's reward for ``episode`` under :attr:`reward`."""
-        if self.reward == "system":
-            return episode.score
-        others = [a for a in self.pool.ids if a != self.learner]
-        if self.reward == "loo":
-            return episode.score - self.value_without(example, others)
+        """The learner's reward for ``episode`` under :attr:`learner_credit`: the episode's score for the whole
+        pool, a replay of the learner's messages for a smaller coalition containing it, :meth:`value_without`
+        for a counterfactual."""
         said = [t.text for t in episode.turns_of(self.learner)]
-        n, total = len(self.pool), 0.0
-        for size in range(len(others) + 1):
-            for partners in itertools.combinations(others, size):
-                members = [a for a in self.pool.ids if a in {self.learner, *partners}]
-                if len(partners) == len(others):
-                    with_learner = episode.score
-                else:
-                    with_learner = self.play(example, replay(self.learner, said), coalition=members).score
-                total += shapley_weight(size + 1, n) * (with_learner - self.value_without(example, list(partners)))
-        return total
+        values: dict[tuple[str, ...], float] = {}
+        for c in self.coalitions:
+            if len(c.members) == len(self.pool):
+                values[c.members] = episode.score
+            else:
+                values[c.members] = self.play(example, replay(self.learner, said), coalition=list(c.members)).score
+            if c.without is not None:
+                values[c.without] = self.value_without(example, list(c.without))
+        return self.learner_credit.reward(self.coalitions, values)
 
     def dataset_rows(self) -> dict[str, list]:
         """One row per question: ``example_id`` (what :meth:`example` reads) and the question."""

@@ -27,7 +27,7 @@ from typing import Any
 from crl_envs.study.cells import CELL_VERSION, Cell, cell_kind, cell_kinds
 from crl_envs.study.cells.build import pool_size
 from crl_envs.study.cells.setting import Setting, substitute, training_settings
-from crl_envs.study.cells.trained import trainer_episodes
+from crl_envs.study.cells.trained import trainer_credit
 from crl_envs.study.config import StudyConfig, StudyConfigError
 
 #: The kinds, in the order the dry run lists them (each kind's module declares its place).
@@ -38,7 +38,7 @@ STAGE = {k.kind: k.stage for k in cell_kinds() if k.stage != 1}
 
 # names other modules and tests import from here
 _substitute = substitute
-__all__ = ["CELL_VERSION", "KINDS", "STAGE", "Cell", "cells", "design", "estimate", "trainer_episodes",
+__all__ = ["CELL_VERSION", "KINDS", "STAGE", "Cell", "cells", "design", "estimate", "trainer_credit",
            "training_design"]
 
 

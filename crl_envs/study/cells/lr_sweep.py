@@ -13,7 +13,7 @@ import numpy as np
 from crl_envs.study.cells.base import Cell, CellContext
 from crl_envs.study.cells.build import build_task
 from crl_envs.study.cells.setting import Setting
-from crl_envs.study.cells.trained import TrainerCell, build_trainer, trainer_episodes
+from crl_envs.study.cells.trained import TrainerCell, build_trainer, trainer_credit
 from crl_envs.study.config import StudyConfig
 from crl_kit.validation import finite_number
 
@@ -39,7 +39,7 @@ class SweepCell(TrainerCell):
         if rule is None:
             return []
         common = setting.common
-        _, system = trainer_episodes(rule.trainer)
+        system = trainer_credit(rule.trainer).plays_system
         where = {"setup_label": common["setup_label"], "protocol": common["protocol"], "options": common["options"]} \
             if system else {"setup_label": "alone", "protocol": "vote", "options": {}}
         learners = common.get("learners", [common["learner"]])

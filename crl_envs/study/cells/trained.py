@@ -2,8 +2,8 @@
 trainer a spec builds, the study options a trainer declares it takes, its episode cost, and the results an
 evaluation gives. The trainers are read by what their classes declare, never by name:
 
-- :func:`trainer_episodes` — episodes per question (a multiple of G) and whether they play the system
-  (:attr:`trainers.PolicyGradientTrainer.episodes_per_question`, ``plays_system``);
+- :func:`trainer_credit` — the trainer's credit under a spec's options (:meth:`trainers.PolicyGradientTrainer.credit_for`):
+  its episodes per question and whether they play the system (:mod:`crl_envs.valuation.credit`);
 - :data:`TRAINER_OPTIONS` — a study option reaches the trainers whose config class has its field
   (``training.shapley_coalitions`` -> ``coalitions_per_question``: the Shapley-credit trainer's);
 - :func:`untrained_evaluation` — the untrained learner's evaluation (no trainer built: nothing trains);
@@ -26,19 +26,22 @@ from crl_kit.errors import RunError
 
 if TYPE_CHECKING:  # pragma: no cover
     from crl_envs.study.config import StudyConfig
+    from crl_envs.valuation.credit import Credit
 
 #: ``study spec key -> trainer config field``: the option is given to every trainer whose config class has
 #: the field (and is ``None`` in the spec of the others' cells, so their fingerprints do not depend on it).
 TRAINER_OPTIONS = {"shapley_coalitions": "coalitions_per_question"}
 
 
-def trainer_episodes(name: str) -> tuple[float, bool]:
-    """Episodes per question and step (a multiple of G) and whether they play the system, as the trainer
-    declares them (:attr:`trainers.PolicyGradientTrainer.episodes_per_question`, ``plays_system``)."""
+def trainer_credit(name: str, spec: dict[str, Any] | None = None) -> Credit:
+    """Trainer ``name``'s credit (:meth:`trainers.PolicyGradientTrainer.credit_for`) under the study options of
+    ``spec`` that its config class takes (:data:`TRAINER_OPTIONS`), its config's defaults otherwise."""
     import trainers
 
     cls = trainers.TRAINERS[name]
-    return cls.episodes_per_question, cls.plays_system
+    options = {field: spec[key] for key, field in TRAINER_OPTIONS.items()
+               if spec and spec.get(key) is not None and takes_option(name, key)}
+    return cls.credit_for(cls.config_class(**options))
 
 
 def takes_option(name: str, key: str) -> bool:
@@ -229,11 +232,12 @@ class TrainerCell(Cell):
         return calls_per_episode(self.spec["protocol"], self.spec["options"], names, members)
 
     def training_episodes(self, per_episode: float) -> tuple[float, float]:
-        """``(episodes, calls per episode)`` of the fit: steps x questions x G x the trainer's episodes per
-        question (x its coalitions, where it takes ``shapley_coalitions``); a system episode costs the whole
-        protocol's calls (``per_episode``), the learner alone one."""
+        """``(episodes, calls per episode)`` of the fit: steps x questions x the episodes per question its
+        credit plays (:meth:`~crl_envs.valuation.credit.Credit.episodes_per_question`: G, plus LOO's
+        counterfactuals, x Shapley's coalitions); a system episode costs the whole protocol's calls
+        (``per_episode``), the learner alone one."""
         s = self.spec
-        per_question, system_episodes = trainer_episodes(s["trainer"])
-        factor = per_question * (s["shapley_coalitions"] or 1)  # set only where the trainer takes it
-        train_episodes = s["steps"] * s["questions_per_step"] * s["num_generations"] * factor
-        return train_episodes, (per_episode if system_episodes else 1.0)
+        credit = trainer_credit(s["trainer"], s)
+        learners = len(s.get("learners") or [s["learner"]])
+        per_question = credit.episodes_per_question(s["num_generations"], len(self.names()), learners)
+        return float(s["steps"] * s["questions_per_step"] * per_question), (per_episode if credit.plays_system else 1.0)
