@@ -1095,3 +1095,26 @@ def ratio_ci(numerator: float, denominator: float, numerator_boot: np.ndarray, d
                              f"the difference {num_name} - {den_name} instead"}
     return {"value": numerator / denominator, "ci": percentile_ci(num_b / den_b, level), "undefined": None,
             "difference": difference}
+
+
+def interval(ci: Any, estimate: Any, fmt: Any, *, undefined: str | None = None,
+             zero_width: str = "zero width: no resample moved it") -> str:
+    """An interval as the report prints it, or "undefined (why)": no interval, one that excludes its own
+    estimate, or one of zero width is never printed as numbers, nor one whose bounds print alike (the one
+    place this rule lives).
+
+    >>> interval((0.1, 0.3), 0.2, lambda v: f"{v:.2f}"), interval((0.2, 0.2), 0.2, lambda v: f"{v:.2f}")
+    ('[0.10, 0.30]', 'undefined (zero width: no resample moved it)')
+    >>> interval((0.0351, 0.0353), 0.0352, lambda v: f"{v:.3f}")
+    '(CI within 0.035: narrower than the printed digits)'
+    """
+    if ci is None:
+        return f"undefined ({undefined or 'no interval'})"
+    if estimate is not None and not ci[0] - 1e-9 <= estimate <= ci[1] + 1e-9:
+        return "undefined (the interval excludes its own estimate)"
+    if ci[1] - ci[0] <= 1e-12:
+        return f"undefined ({zero_width})"
+    low, high = fmt(ci[0]), fmt(ci[1])
+    if low == high:  # "[0.035, 0.035]" would read as a degenerate interval
+        return f"(CI within {low}: narrower than the printed digits)"
+    return f"[{low}, {high}]"

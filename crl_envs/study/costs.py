@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from crl_envs.stats import interval
 from crl_envs.study.stats import _keys as model_keys
 from crl_envs.valuation.interactions import INSTALL_HINT, TOLERANCE, table_interactions
 from crl_envs.valuation.spend import CoalitionCosts
@@ -95,6 +96,10 @@ def _where(s: Mapping[str, Any], seeds: bool) -> str:
     return f"{s['protocol']}, {s['task']}" + (f", seed {s['seed']}" if seeds else "")
 
 
+# a cost that does not vary over questions (every question prices the same calls) has no sampling error
+SAME_ON_EVERY_QUESTION = "zero width: the same on every question"
+
+
 def costs_markdown(settings: Sequence[Mapping[str, Any]]) -> str:
     """Per pool: each setting's most and least cost-effective model (value per 1k tokens), then the share
     of pairs whose interaction CI lies below / above 0 and the most redundant and most synergistic pair."""
@@ -140,9 +145,9 @@ def _cost_row(s: Mapping[str, Any], seeds: bool) -> str:
     worst = min(ratio, key=ratio.get) if ratio else None
     cost = s["cost"]["mean"]
     dear = max(cost, key=cost.get)
-    lo, hi = s["cost"]["ci"][dear]
+    dear_ci = interval(s["cost"]["ci"][dear], cost[dear], lambda v: f"{v:.3f}", zero_width=SAME_ON_EVERY_QUESTION)
     return (f"| {_where(s, seeds)} | {s['cost']['grand_coalition']:.3f} | {_ratio(s, best)} | "
-            f"{_ratio(s, worst)} | {dear} {cost[dear]:.3f} [{lo:.3f}, {hi:.3f}] |")
+            f"{_ratio(s, worst)} | {dear} {cost[dear]:.3f} {dear_ci} |")
 
 
 def _interaction_row(s: Mapping[str, Any], seeds: bool) -> str:
@@ -158,9 +163,11 @@ def _ratio(s: Mapping[str, Any], key: str | None) -> str:
         return "n/a"
     v = s["value_per_1k"][key]
     lo, hi = v["ci"]
-    ci = "" if lo is None or hi is None else f" [{lo:+.2f}, {hi:+.2f}]"
+    ci = "" if lo is None or hi is None else " " + interval((lo, hi), v["mean"], lambda x: f"{x:+.2f}",
+                                                               zero_width=SAME_ON_EVERY_QUESTION)
     return f"{key} {v['mean']:+.2f}{ci}"
 
 
 def _pair(p: Mapping[str, Any]) -> str:
-    return f"{p['pair'][0]} + {p['pair'][1]} {p['mean']:+.3f} [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}]"
+    return (f"{p['pair'][0]} + {p['pair'][1]} {p['mean']:+.3f} "
+            f"{interval(p['ci'], p['mean'], lambda x: f'{x:+.3f}', zero_width=SAME_ON_EVERY_QUESTION)}")

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from crl_envs.stats import interval
+
 
 def _f(v: Any, spec: str = "+.3f") -> str:
     return "n/a" if v is None else format(v, spec)
@@ -13,19 +15,6 @@ def _f(v: Any, spec: str = "+.3f") -> str:
 
 def _pts(v: Any) -> str:
     return "n/a" if v is None else f"{100 * v:+.1f}"
-
-
-def interval(ci: Any, estimate: Any, fmt: Any, *, undefined: str | None = None,
-             zero_width: str = "zero width: no resample moved it") -> str:
-    """An interval as the report prints it, or "undefined (why)": no interval, one that excludes its own
-    estimate, or one of zero width is never printed as numbers (the one place this rule lives)."""
-    if ci is None:
-        return f"undefined ({undefined or 'no interval'})"
-    if estimate is not None and not ci[0] - 1e-9 <= estimate <= ci[1] + 1e-9:
-        return "undefined (the interval excludes its own estimate)"
-    if ci[1] - ci[0] <= 1e-12:
-        return f"undefined ({zero_width})"
-    return f"[{fmt(ci[0])}, {fmt(ci[1])}]"
 
 
 def _ci(entry: Mapping[str, Any]) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from crl_envs.stats import bootstrap_cis, check_ci_options
+from crl_envs.stats import bootstrap_cis, check_ci_options, interval
 from crl_envs.valuation.spend import CoalitionCosts
 from crl_kit.errors import ConfigError
 
@@ -123,7 +123,7 @@ class Front:
             out.append(f"  cheapest within {within * 100:g} points of the best ({self.describe(c['best'])}, "
                        f"{c['best_accuracy']:.3f} at {c['best_cost']:{f}} {cost}): {self.describe(c['point'])}, "
                        f"{c['accuracy']:.3f} at {c['cost_value']:{f}} {cost} (difference {c['gap']:+.3f} "
-                       f"[{c['gap_ci'][0]:+.3f}, {c['gap_ci'][1]:+.3f}])")
+                       f"{_gap_interval(c)})")
         return "\n".join(out)
 
     def to_dict(self, within: float | None = None) -> dict[str, Any]:
@@ -237,6 +237,11 @@ def study_fronts(cells: Sequence[Mapping[str, Any]], *, within: float = STUDY_WI
     return out
 
 
+def _gap_interval(c: Mapping[str, Any]) -> str:
+    """The cheapest system's accuracy gap to the best, with its CI; zero width when it is the best itself."""
+    return interval(c["gap_ci"], c["gap"], lambda v: f"{v:+.3f}", zero_width="zero width: the two systems score alike on every question")
+
+
 def fronts_markdown(fronts: Mapping[str, Any]) -> str:
     """The study's fronts as Markdown: per pool and task, the systems on the accuracy-vs-tokens front."""
     lines = []
@@ -254,8 +259,7 @@ def fronts_markdown(fronts: Mapping[str, Any]) -> str:
             lines += ["", f"Cheapest within {100 * fronts['within']:g} points of the best "
                           f"({c['best_label'][0]}: {'+'.join(c['best_label'][1])}, {c['best_accuracy']:.3f}): "
                           f"{c['label'][0]}: {'+'.join(c['label'][1])}, {c['accuracy']:.3f} at {c['cost_value']:.1f} "
-                          f"tokens vs {c['best_cost']:.1f} (difference {c['gap']:+.3f} "
-                          f"[{c['gap_ci'][0]:+.3f}, {c['gap_ci'][1]:+.3f}]).", ""]
+                          f"tokens vs {c['best_cost']:.1f} (difference {c['gap']:+.3f} {_gap_interval(c)}).", ""]
     if fronts.get("cells_without_costs"):
         lines.append(f"{fronts['cells_without_costs']} valuation cells carry no costs (run before costs were kept).")
     return "\n".join(lines)
