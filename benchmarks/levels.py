@@ -153,7 +153,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def markdown(result: dict[str, Any]) -> str:
     """The tables docs/levels.md quotes: each pool's v(N) and Shapley values per game, and the agreement of
-    every pair of games (cross-fit tau with its BCa interval and exact p; the same-question tau beside it)."""
+    every pair of games (cross-fit tau with its interval and exact p; the same-question tau beside it)."""
+    from crl_envs.stats import interval
+
     lines = []
     for name, p in result["pools"].items():
         games = list(p["games"])
@@ -166,11 +168,12 @@ def markdown(result: dict[str, Any]) -> str:
                 ci = p["games"][g]["shapley_ci"][i]
                 cells.append(f"{p['games'][g]['shapley'][i]:+.3f} [{ci[0]:+.2f}, {ci[1]:+.2f}]")
             lines.append(f"| {model} | {p['individual'][i]:.2f} | " + " | ".join(cells) + " |")
-        lines += ["", "| games | cross-fit tau | 90% BCa CI | exact p | verdict | same-question tau |",
+        lines += ["", f"| games | cross-fit tau | {CI_LEVEL:.0%} interval | exact p | verdict | same-question tau |",
                   "|---|---|---|---|---|---|"]
         for pair, a in p["agreement"].items():
             tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:+.2f}"
-            ci = "n/a" if a["tau_ci"] is None else f"[{a['tau_ci'][0]:+.2f}, {a['tau_ci'][1]:+.2f}]"
+            ci = interval(a["tau_ci"], a["kendall_tau"], lambda v: f"{v:+.2f}",
+                          zero_width="every pair's order determined: tau is exact")
             pv = "n/a" if a["p_value"] is None else f"{a['p_value']:.3f}"
             same = "n/a" if a["same_question_tau"] is None else f"{a['same_question_tau']:+.2f}"
             lines.append(f"| {pair.replace('~', ' vs ')} | {tau} | {ci} | {pv} | {a['verdict']} | {same} |")

@@ -146,9 +146,9 @@ def test_budget_errors_are_one_line_in_the_callers_spelling():
 
 def test_shapley_weights_live_in_one_place():
     import trainers
-    from trainers import baselines
+    from crl_envs.valuation import credit
 
-    assert baselines.shapley_weight is estimators.shapley_weight is trainers.shapley_weight
+    assert credit.shapley_weight is estimators.shapley_weight is trainers.shapley_weight
     for n in range(1, 7):  # the matrix is built from the same weight: W[i, S] = w(|S|) in S, -w(|S|+1) outside
         w = estimators.shapley_weights(n)
         for s in range(1 << n):

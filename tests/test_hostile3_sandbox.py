@@ -109,9 +109,10 @@ def test_setup_code_and_humaneval_tests_change_the_coalition_key(tmp_path):
 
 @pytest.mark.parametrize("tamper", ["7.5", "nan", "inf", "-0.5", "true", "truncated", "record []", "not json"])
 def test_a_tampered_coalition_cache_entry_is_played_again_with_a_warning(tamper, tmp_path):
+    # debate: a played protocol (vote's coalitions are computed from its members' answers and never cached)
     pool = agents.pool([agents.ScriptedAgent.expert(f"e{a}", a) for a in (0.8, 0.5)])
     task = tasks.load("arith", n=6, seed=0)
-    game = CoalitionGame("vote", pool, task, cache_dir=tmp_path, progress=False)
+    game = CoalitionGame("debate", pool, task, cache_dir=tmp_path, progress=False)
     truth = game.value(0b11)
     path = game._path(0b11)
     record = json.loads(path.read_text())
@@ -120,14 +121,14 @@ def test_a_tampered_coalition_cache_entry_is_played_again_with_a_warning(tamper,
     elif tamper not in ("record []", "not json"):
         record["scores"][2] = {"7.5": 7.5, "nan": math.nan, "inf": math.inf, "-0.5": -0.5, "true": True}[tamper]
     path.write_text({"record []": "[]", "not json": "{'scores': "}.get(tamper) or json.dumps(record))
-    again = CoalitionGame("vote", pool, task, cache_dir=tmp_path, progress=False)
+    again = CoalitionGame("debate", pool, task, cache_dir=tmp_path, progress=False)
     with pytest.warns(RuntimeWarning, match=rf"coalition cache file {path}: .*played again"):
         value = again.value(0b11)
     np.testing.assert_array_equal(value, truth)
     assert again.evaluations == 1  # recomputed ...
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # ... and rewritten: a third game reads it without a warning
-        third = CoalitionGame("vote", pool, task, cache_dir=tmp_path, progress=False)
+        third = CoalitionGame("debate", pool, task, cache_dir=tmp_path, progress=False)
         np.testing.assert_array_equal(third.value(0b11), truth)
     assert third.evaluations == 0
 

@@ -72,13 +72,13 @@ def test_numbers_read_back_are_checked_without_overflow():
 def test_a_huge_integer_in_a_coalition_cache_entry_is_ignored_and_played_again(tmp_path):
     members = pool([ScriptedAgent.expert("a", 0.9), ScriptedAgent.expert("b", 0.4)])
     task = tasks.load("arith", n=6, seed=1)
-    first = evaluate("vote", members, task, cache_dir=tmp_path, progress=False)
-    path = CoalitionGame("vote", members, task, cache_dir=tmp_path)._path(3)
+    first = evaluate("debate", members, task, cache_dir=tmp_path, progress=False)
+    path = CoalitionGame("debate", members, task, cache_dir=tmp_path)._path(3)
     record = json.loads(path.read_text())
     record["scores"][0] = HUGE
     path.write_text(json.dumps(record))
     with pytest.warns(RuntimeWarning, match=r"holds 1000.*not a finite number; ignoring it, the coalition is played"):
-        again = evaluate("vote", members, task, cache_dir=tmp_path, progress=False)
+        again = evaluate("debate", members, task, cache_dir=tmp_path, progress=False)
     assert dict(again.shapley) == dict(first.shapley) and again.system_evaluations == 1
     assert json.loads(path.read_text())["scores"] == first.system.tolist()  # the entry was rewritten
 
@@ -86,13 +86,13 @@ def test_a_huge_integer_in_a_coalition_cache_entry_is_ignored_and_played_again(t
 def test_a_huge_integer_in_a_coalition_cost_is_ignored_and_played_again(tmp_path):
     members = pool([ScriptedAgent.expert("a", 0.9), ScriptedAgent.expert("b", 0.4)])
     task = tasks.load("arith", n=6, seed=1)
-    first = evaluate("vote", members, task, cache_dir=tmp_path, progress=False)
-    path = CoalitionGame("vote", members, task, cache_dir=tmp_path)._path(3)
+    first = evaluate("debate", members, task, cache_dir=tmp_path, progress=False)
+    path = CoalitionGame("debate", members, task, cache_dir=tmp_path)._path(3)
     record = json.loads(path.read_text())
     record["spend"]["calls"][0] = HUGE
     path.write_text(json.dumps(record))
     with pytest.warns(RuntimeWarning, match="its cost 'calls' has a negative or non-finite entry"):
-        again = evaluate("vote", members, task, cache_dir=tmp_path, progress=False)
+        again = evaluate("debate", members, task, cache_dir=tmp_path, progress=False)
     assert dict(again.shapley) == dict(first.shapley)
 
 
