@@ -334,7 +334,9 @@ def test_tiny_zoo_study_renders_the_training_verdicts(tmp_path):
     afters = sorted(np.mean(c["standalone"]) for c in runs)
     assert afters == pytest.approx(sorted(x for t in ("crl", "grpo") for x in st["learner_alone"]["after"][t]))
     text = (tmp_path / "study.md").read_text()
-    assert "**C-RL against each baseline** over the 1 comparable of 1 settings (setup x task), 2 seed(s) each" in text
+    # no placebo in this roster, so the setting fails the placebo_present gate: it is printed, not summarised
+    assert "**C-RL against each baseline** over the 0 comparable of 1 settings (setup x task), 2 seed(s) each" in text
+    assert "Not comparable, left out of every summary: vote on arith (placebo_present: no placebo in the roster)" in text
     assert "Note: 2 seed(s) in some setting: fewer than 3" in text
     assert "| vote | arith | 2 steps, lr 0.001 | crl" in text and "learner alone before -> after per seed" in text
 
