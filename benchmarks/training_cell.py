@@ -38,6 +38,7 @@ import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -110,19 +111,18 @@ def history_difference(before: dict[str, Any], after: dict[str, Any]) -> tuple[f
     return gap
 
 
-def cell_specs(steps: int, n_eval: int, lr: float) -> tuple[dict[str, Any], dict[str, Any]]:
+def cell_specs(steps: int, n_eval: int, lr: float) -> tuple[Any, Any]:
     with tempfile.TemporaryDirectory() as out:
         planned = study.plan("studies/paper-small.toml", out=out)
     cell = next(c for c in planned if c.id == CELL)
-    baseline = next(c for c in planned if c.kind == "baseline" and c.spec["setup_label"] == cell.spec["setup_label"])
-    return ({**cell.spec, "steps": steps, "n_eval": n_eval, "learning_rate": lr},
-            {**baseline.spec, "n_eval": n_eval})
+    baseline = next(c for c in planned if c.kind == "baseline" and c.spec.setup_label == cell.spec.setup_label)
+    return (replace(cell.spec, steps=steps, n_eval=n_eval, learning_rate=lr), replace(baseline.spec, n_eval=n_eval))
 
 
-def run_training(spec: dict[str, Any], after: bool) -> tuple[dict[str, Any], float, dict[str, float]]:
+def run_training(spec: Any, after: bool) -> tuple[dict[str, Any], float, dict[str, float]]:
     """The training cell's fit and evaluation; (what it reports, wall seconds, seconds per part)."""
     t0 = time.perf_counter()
-    trainer = build_trainer(spec, "crl", spec["seed"], None)
+    trainer = build_trainer(spec, "crl", spec.seed, None)
     for policy in trainer.policies.values():
         count_forwards(policy.model)
     if not after:
@@ -162,7 +162,7 @@ def run_training(spec: dict[str, Any], after: bool) -> tuple[dict[str, Any], flo
         time.perf_counter() - t0, parts
 
 
-def run_baseline(spec: dict[str, Any], after: bool) -> tuple[dict[str, Any], float]:
+def run_baseline(spec: Any, after: bool) -> tuple[dict[str, Any], float]:
     t0 = time.perf_counter()
     with stage("baseline"):
         if after:
@@ -171,13 +171,13 @@ def run_baseline(spec: dict[str, Any], after: bool) -> tuple[dict[str, Any], flo
         else:
             from crl_envs.study.cells.build import build_pool, build_task
 
-            pool = build_pool(spec["pool"])
-            held_out = build_task(spec["task"], split=spec["eval_split"], n=spec["n_eval"])
-            policies = {spec["learner"]: pool[spec["learner"]]}
-            settings = dict(max_new_tokens=spec["max_new_tokens"], protocol_options=spec["options"], seed=0)
-            result = evaluate_policy(spec["protocol"], pool, held_out, policies, **settings)
-            without = without_learner(spec["protocol"], pool, held_out, [spec["learner"]], **settings)
-            learner_rates_ = learner_rates(spec["protocol"], pool, held_out, policies, spec["learner"], **settings)
+            pool = build_pool(spec.pool)
+            held_out = build_task(spec.task, split=spec.eval_split, n=spec.n_eval)
+            policies = {spec.learner: pool[spec.learner]}
+            settings = dict(max_new_tokens=spec.max_new_tokens, protocol_options=spec.options, seed=0)
+            result = evaluate_policy(spec.protocol, pool, held_out, policies, **settings)
+            without = without_learner(spec.protocol, pool, held_out, [spec.learner], **settings)
+            learner_rates_ = learner_rates(spec.protocol, pool, held_out, policies, spec.learner, **settings)
     return {"scores": scores(result), "without": np.asarray(without).tolist(), "rates": learner_rates_}, \
         time.perf_counter() - t0
 
@@ -214,12 +214,12 @@ def main() -> None:
                              "per step to the updates' seconds: leave it off for timings)")
     args = parser.parse_args()
     training_spec, baseline_spec = cell_specs(args.steps, args.n_eval, args.lr)
-    torch.set_num_threads(training_spec["threads"])
+    torch.set_num_threads(training_spec.threads)
     Agent.generate = _counting_generate
     if args.logprob_check:
         check_logprobs_in_update()
-    print(f"cell {CELL}: {args.steps} steps, {training_spec['questions_per_step']} questions x "
-          f"{training_spec['num_generations']} generations a step, lr {args.lr:g}, {args.n_eval} held-out questions; "
+    print(f"cell {CELL}: {args.steps} steps, {training_spec.questions_per_step} questions x "
+          f"{training_spec.num_generations} generations a step, lr {args.lr:g}, {args.n_eval} held-out questions; "
           f"load average at start {os.getloadavg()[0]:.2f}")
     runs = {}
     for mode in ([] if args.skip_before else ["before"]) + ["after"]:

@@ -87,43 +87,43 @@ def test_study_cheapest_cells(tmp_path):
 
     cell = _cheapest(planned, committed, "valuation")
     result = run_cell(cell, CellContext(tmp_path))
-    labels = {"pool": cell.spec["pool_label"], "protocol": cell.spec["protocol_label"], "task": cell.spec["task_label"]}
+    labels = {"pool": cell.spec.pool_label, "protocol": cell.spec.protocol_label, "task": cell.spec.task_label}
     v = config.valuation
     (fresh,) = valuation_tables([{"report": result["report"], "labels": labels}], v.alpha, delta=v.delta,
                                 families=v.families, resamples=v.bootstrap_resamples)["settings"]
     (old,) = [s for s in committed["valuation"]["settings"]
-              if (s["pool"], s["protocol"], s["task"], s["seed"]) == (*labels.values(), cell.spec["seed"])]
+              if (s["pool"], s["protocol"], s["task"], s["seed"]) == (*labels.values(), cell.spec.seed)]
     for key in ("individual", "loo", "shapley", "kendall_tau", "p_value", "min_p_value", "tau_ci", "verdict",
                 "crossfit_questions", "nan_resamples", "measures", "system"):
         assert fresh[key] == old[key], key
 
     train = _cheapest(planned, committed, "training")
-    (base,) = [c for c in planned if c.kind == "baseline" and c.spec["setup_label"] == train.spec["setup_label"]
-               and c.spec["task_label"] == train.spec["task_label"]]
+    (base,) = [c for c in planned if c.kind == "baseline" and c.spec.setup_label == train.spec.setup_label
+               and c.spec.task_label == train.spec.task_label]
     # the training cell's rate comes from the learning-rate sweep cells it names: re-run them first, and
     # require the committed sweep figures
     sweeps = [c for c in planned if c.kind == "lr_sweep"
-              and c.fingerprint in train.spec["learning_rate"]["sweep"].values()]
-    assert len(sweeps) == len(train.spec["learning_rate"]["sweep"])
+              and c.fingerprint in train.spec.learning_rate["sweep"].values()]
+    assert len(sweeps) == len(train.spec.learning_rate["sweep"])
     committed_sweep = committed["training"]["lr_sweep"]["settings"][
-        f"{train.spec['setup_label']}/{train.spec['task_label']}"]["sweep"]
+        f"{train.spec.setup_label}/{train.spec.task_label}"]["sweep"]
     for c in sweeps:
         r = run_cell(c, CellContext(tmp_path))
         atomic_write_json(cell_path(tmp_path, c), r)
-        old_sweep = committed_sweep[str(c.spec["learning_rate"])]
+        old_sweep = committed_sweep[str(c.spec.learning_rate)]
         assert (r["before"], r["after"]) == (old_sweep["before"], old_sweep["after"]), c.id
     out = {}
     for c in (base, train):
         out[c.kind] = run_cell(c, CellContext(tmp_path))
     delta = float(np.mean(np.asarray(out["training"]["system"]) - np.asarray(out["baseline"]["system"])))
     (setting,) = [s for s in committed["training"]["settings"]
-                  if (s["protocol"], s["task"]) == (train.spec["setup_label"], train.spec["task_label"])]
+                  if (s["protocol"], s["task"]) == (train.spec.setup_label, train.spec.task_label)]
     assert np.mean(out["baseline"]["system"]) == setting["before"]
-    assert delta == setting["delta"][train.spec["trainer"]]["per_seed"][setting["seeds"].index(train.spec["seed"])]
+    assert delta == setting["delta"][train.spec.trainer]["per_seed"][setting["seeds"].index(train.spec.seed)]
     alone = setting["learner_alone"]  # the learner's own accuracy, before and after
     assert np.mean(out["baseline"]["standalone"]) == alone["before"]
     assert np.mean(out["training"]["standalone"]) == \
-        alone["after"][train.spec["trainer"]][setting["seeds"].index(train.spec["seed"])]
+        alone["after"][train.spec.trainer][setting["seeds"].index(train.spec.seed)]
 
 
 def test_study_verdicts_follow_from_the_committed_numbers():

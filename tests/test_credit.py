@@ -123,10 +123,16 @@ def test_episodes_per_question_follow_the_samples_generations_and_learners():
 def test_a_studys_cost_estimate_counts_the_credits_episodes(trainer, options, per_question):
     """Fails on main: the class constants said 1.125 x G for LOO (right for G = 8 only: 4.5 here, not 5) and
     2 x k x G for sampled Shapley (twice what it plays)."""
+    from crl_envs.study.cells.specs import TrainingSpec
     from crl_envs.study.cells.training import TrainingCell
 
-    spec = {"pool": "zoo", "trainer": trainer, "learner": "model_4", "steps": 3, "questions_per_step": 2,
-            "num_generations": 4, "shapley_coalitions": None, **options}
+    task = {"name": "arith", "n": 8, "split": "test", "seed": 0, "options": {}}
+    spec = TrainingSpec(**{
+        "pool": "zoo", "pool_label": "zoo", "learner": "model_4", "setup_label": "vote", "protocol": "vote",
+        "options": {}, "task": task, "task_label": "arith", "train_split": "train", "eval_split": "test",
+        "n_train": 8, "n_eval": 8, "max_new_tokens": 24, "threads": 1, "trainer": trainer, "seed": 0, "steps": 3,
+        "learning_rate": 1e-4, "questions_per_step": 2, "num_generations": 4, "shapley_coalitions": None,
+        "lora": None, **options})
     episodes, _ = TrainingCell.make("training/x", spec).training_episodes(per_episode=7.0)
     assert episodes == 3 * 2 * per_question
 

@@ -222,7 +222,13 @@ def test_the_cli_and_the_study_plan_ask_the_registry(endpoints, tmp_path, capsys
                  "--no-cache", "--quiet", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "vote_v0-arith-endpoints.json").exists()
     capsys.readouterr()
-    spec = {"estimator": {"exact_up_to": 2, "larger": "endpoints"}, "budget": None}
+    from crl_envs.study.cells.specs import ValuationSpec
+
+    spec = ValuationSpec(pool="zoo", pool_label="zoo", protocol={"protocol": "vote", "options": {}},
+                         protocol_label="vote", task={"name": "arith", "n": 8, "split": "test", "seed": 0, "options": {}},
+                         task_label="arith", estimator={"exact_up_to": 2, "larger": "endpoints"}, samples=1, seed=0,
+                         budget=None, sampling={"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 24}, ci_level=0.95,
+                         bootstrap_resamples=2000)
     cell = ValuationCell.make("valuation/x", spec)
     kind, budget = cell.estimator_kind(5)
     assert kind is EndpointsEstimator and budget is None

@@ -335,13 +335,13 @@ def swept(tmp_path):
     after = {1e-3: 0.0, 1e-4: 0.26, 3e-5: 0.26}
     for c in planned:
         if c.kind == "lr_sweep":
-            lr = c.spec["learning_rate"]
+            lr = c.spec.learning_rate
             cell_path(out, c).parent.mkdir(parents=True, exist_ok=True)
             cell_path(out, c).write_text(json.dumps({
                 "id": c.id, "kind": c.kind, "fingerprint": c.fingerprint, "learning_rate": lr, "before": 0.26,
                 "after": after[lr], "example_ids": [f"q{i}" for i in range(100)], "zero_variance": 0.5}))
-    assert resolve_learning_rate(train.spec, out)["learning_rate"] == 1e-4
-    return train, out, out / "cells" / f"{train.spec['learning_rate']['sweep']['0.001']}.json"
+    assert resolve_learning_rate(train.spec, out).learning_rate == 1e-4
+    return train, out, out / "cells" / f"{train.spec.learning_rate['sweep']['0.001']}.json"
 
 
 def test_a_sweep_file_of_another_cell_is_not_used_to_pick_the_rate(swept):

@@ -76,7 +76,7 @@ def test_existing_training_cells_keep_their_fingerprints():
         assert (fp == frozen[cell_id]) == ("/vote/" not in cell_id and "grpo" not in cell_id), cell_id
     crossplay = [c for c in cells(load_config(raw)) if c.kind == "crossplay"]
     assert len(crossplay) == 3 * 3 * 3  # one per training cell
-    assert {c.spec["training_fingerprint"] for c in crossplay} == {fp for i, fp in now.items() if i.startswith("training/")}
+    assert {c.spec.training_fingerprint for c in crossplay} == {fp for i, fp in now.items() if i.startswith("training/")}
 
 
 def multi_config(out: Path, **training) -> dict:

@@ -308,8 +308,8 @@ def test_a_tasks_max_new_tokens_reaches_valuation_and_training_cells(tmp_path):
     config["valuation"] = {"pools": ["zoo"]}
     config["sampling"] = {"max_new_tokens": 40}
     cfg = load_config({**config, "training": {**config["training"], "tasks": ["arith", "other"]}})
-    lengths = {(c.kind, c.spec["task_label"]): c.spec["sampling"]["max_new_tokens"] if c.kind == "valuation"
-               else c.spec["max_new_tokens"] for c in study.cells(cfg)}
+    lengths = {(c.kind, c.spec.task_label): c.spec.sampling["max_new_tokens"] if c.kind == "valuation"
+               else c.spec.max_new_tokens for c in study.cells(cfg)}
     assert lengths == {("valuation", "arith"): 24, ("valuation", "other"): 40, ("baseline", "arith"): 24,
                        ("training", "arith"): 24, ("baseline", "other"): 40, ("training", "other"): 40}
     with pytest.raises(StudyConfigError, match=r"tasks\.arith\.max_new_tokens: must be an int >= 1"):

@@ -187,6 +187,7 @@ def test_the_baseline_cell_evaluates_without_a_trainer_as_a_trainer_would(tmp_pa
     """crl_envs.study's baseline cell builds no trainer (nothing trains): its scores, the system without the
     learner and the learner's rates (one play for scores and rates, #55) equal an untrained trainer's evaluate()
     and rates (two plays), one learner and two."""
+    from dataclasses import replace
     from pathlib import Path
 
     import numpy as np
@@ -202,10 +203,10 @@ def test_the_baseline_cell_evaluates_without_a_trainer_as_a_trainer_would(tmp_pa
 
     committed = json.loads((Path(__file__).resolve().parents[1] / "docs" / "study.json").read_text())
     config = study.load_config(committed["config_source"], out=tmp_path)
-    cell = min((c for c in study.plan(config) if c.kind == "baseline"), key=lambda c: (c.spec["n_eval"], c.id))
-    one = {**cell.spec, "n_eval": 16}
-    partner = next(a for a in build_trainer(one, "crl", 0, None).pool.ids if a != one["learner"])
-    two = {**{k: v for k, v in one.items() if k != "learner"}, "learners": [one["learner"], partner]}
+    cell = min((c for c in study.plan(config) if c.kind == "baseline"), key=lambda c: (c.spec.n_eval, c.id))
+    one = replace(cell.spec, n_eval=16)
+    partner = next(a for a in build_trainer(one, "crl", 0, None).pool.ids if a != one.learner)
+    two = replace(one, learners=[one.learner, partner])
     for spec in (one, two):
         trainer = build_trainer(spec, "crl", 0, None)
         before = trainer.evaluate()

@@ -137,15 +137,15 @@ def test_the_plan_sweeps_first_shares_grpos_sweep_and_keys_training_on_it(tmp_pa
     sweeps = [c for c in planned if c.kind == "lr_sweep"]  # GRPO plays the learner alone: one sweep, both setups
     assert [c.id for c in sweeps] == ["lr_sweep/alone/model_4/arith/20steps/lr0.001",
                                       "lr_sweep/alone/model_4/arith/20steps/lr0.0001"]
-    assert {c.spec["selection"]["split"] for c in sweeps} == {"train"} and {c.spec["seed"] for c in sweeps} == {1000}
+    assert {c.spec.selection["split"] for c in sweeps} == {"train"} and {c.spec.seed for c in sweeps} == {1000}
     runs = [c for c in planned if c.kind == "training"]
-    assert len(runs) == 4 and all(c.spec["learning_rate"]["sweep"] == {"0.001": sweeps[0].fingerprint,
+    assert len(runs) == 4 and all(c.spec.learning_rate["sweep"] == {"0.001": sweeps[0].fingerprint,
                                                                         "0.0001": sweeps[1].fingerprint} for c in runs)
     assert all(c.cost["calls"] > 0 for c in sweeps)
     assert "lr by [training.lr_rule] (grpo sweep over 0.001, 0.0001, largest_kept)" in study.describe_plan(cfg, planned)
     raw = rule_config(tmp_path, trainers=["crl"], seeds=[0], setups={"vote": {}, "debate": {"steps": 5}})
     other = [c for c in study.plan(load_config(raw)) if c.kind == "lr_sweep"]  # another budget: its own sweep
-    assert [c.spec["steps"] for c in other] == [20, 20, 5, 5] and len({c.fingerprint for c in other}) == 4
+    assert [c.spec.steps for c in other] == [20, 20, 5, 5] and len({c.fingerprint for c in other}) == 4
 
 
 # ---------------------------------------------------------------------- gates

@@ -136,7 +136,7 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
                                                           for k, s in several.items()))
         cross = [c for c in planned if c.kind == "crossplay"]
         if cross:
-            per = {c.spec["setup_label"]: c.cost for c in cross}
+            per = {c.spec.setup_label: c.cost for c in cross}
             lines.append("crossplay: per cell (each setting once on n_eval questions) " + "; ".join(
                 f"{k}: {c['episodes'] / t.n_eval:.0f} settings, {c['calls']:,.0f} model calls" for k, c in per.items()))
         if probe:
@@ -183,8 +183,8 @@ def report(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: 
     results = {c.id: r for c in planned if (r := load_result(config.out, c)) is not None}
     finished = [c for c in planned if c.id in results]
     # a training setting needs its baseline: leave out runs whose baseline has not finished
-    bases = {(c.spec["setup_label"], c.spec["task_label"]) for c in finished if c.kind == "baseline"}
-    finished = [c for c in finished if c.kind != "training" or (c.spec["setup_label"], c.spec["task_label"]) in bases]
+    bases = {c.setting_key for c in finished if c.kind == "baseline"}
+    finished = [c for c in finished if c.kind != "training" or c.setting_key in bases]
     return write(config, finished, results, run_info={
         "cells": len(planned), "cached": len(finished), "executed": 0, "wall_seconds": 0.0,
         "missing": [c.id for c in planned if c.id not in {f.id for f in finished}],
@@ -237,12 +237,12 @@ def lr_sweep_record(config: StudyConfig, planned: list[Cell], results: Mapping[s
     by_fp = {c.fingerprint: results.get(c.id) for c in planned if c.kind == "lr_sweep"}
     settings = {}
     for c in planned:
-        if c.kind != "training" or not isinstance(c.spec["learning_rate"], dict):
+        if c.kind != "training" or not isinstance(c.spec.learning_rate, dict):
             continue
-        key = f"{c.spec['setup_label']}/{c.spec['task_label']}"
+        key = f"{c.spec.setup_label}/{c.spec.task_label}"
         if key in settings:
             continue
-        sweep = {float(lr): by_fp[fp] for lr, fp in c.spec["learning_rate"]["sweep"].items() if by_fp.get(fp)}
+        sweep = {float(lr): by_fp[fp] for lr, fp in c.spec.learning_rate["sweep"].items() if by_fp.get(fp)}
         settings[key] = {"sweep": {f"{lr:g}": {k: r[k] for k in ("before", "after", "zero_variance")}
                                    for lr, r in sorted(sweep.items())},
                          **(choose_learning_rate(sweep, rule.select, rule.tolerance) if sweep else {})}

@@ -2,11 +2,12 @@
 registry of kinds, the typed :class:`CellContext` a cell runs in, and :func:`run_cell`, the one function
 every executor calls.
 
-A kind is a frozen subclass that sets :attr:`Cell.kind` (registered by ``__init_subclass__``) and defines how
+A kind is a frozen subclass that sets :attr:`Cell.kind` (registered by ``__init_subclass__``) and its
+:attr:`Cell.spec_class` (:mod:`crl_envs.study.cells.specs`), and defines how
 it is planned (:meth:`Cell.plan_study`, :meth:`Cell.plan_setting` or :meth:`Cell.plan_after`), what it costs
 (:meth:`Cell.cost_estimate`), how it runs (:meth:`Cell.run`) and what a valid result of it is
-(:meth:`Cell.problem`). A cell's fingerprint hashes its kind and spec with :data:`CELL_VERSION`: two configs
-that share a cell share its result.
+(:meth:`Cell.problem`). A cell's fingerprint hashes its kind and spec's payload with :data:`CELL_VERSION`:
+two configs that share a cell share its result.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from crl_envs.study.cells.specs import CellSpec, SettingSpec
 from crl_kit.errors import ConfigTypeError
 from crl_kit.safe_io import read_json
 from crl_kit.serial import digest
@@ -71,20 +73,21 @@ class TableInputs:
 @dataclass
 class Setting:
     """One setup x task of ``[training]`` as the kinds plan it: ``label`` (the setup's), ``setup``, ``task`` (a
-    task label), ``common`` (the spec its cells share) and ``planned`` (kind -> the cells that kind planned for
+    task label), ``common`` (the spec its cells share: its baseline cell's) and ``planned`` (kind -> the cells that kind planned for
     it so far: a training cell reads its setting's learning-rate sweep there)."""
 
     label: str
     setup: SetupConfig
     task: str
-    common: dict[str, Any]
+    common: SettingSpec
     planned: dict[str, list[Cell]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Cell(abc.ABC):
-    """One unit of work: a readable ``id``, its payload ``spec`` (plain data: it runs the same in this process,
-    a worker process or on Ray), its ``fingerprint`` and estimated ``cost``; the kind is the class."""
+    """One unit of work: a readable ``id``, its ``spec`` (a frozen dataclass of plain data, the kind's
+    :attr:`spec_class`: it runs the same in this process, a worker process or on Ray), its ``fingerprint`` and
+    estimated ``cost``; the kind is the class."""
 
     #: the kind's name (cell ids start with it; result files carry it)
     kind: ClassVar[str] = ""
@@ -102,9 +105,11 @@ class Cell(abc.ABC):
     in_driver: ClassVar[bool] = False
     #: what the dry run calls its ``runs``
     runs_unit: ClassVar[str] = "trainer fits"
+    #: the class of this kind's specs
+    spec_class: ClassVar[type[CellSpec]] = CellSpec
 
     id: str
-    spec: dict[str, Any]
+    spec: CellSpec
     fingerprint: str
     cost: dict[str, float] = field(default_factory=dict, compare=False)
 
@@ -118,9 +123,16 @@ class Cell(abc.ABC):
             _KINDS[cls.kind] = cls
 
     @classmethod
-    def make(cls, cell_id: str, spec: dict[str, Any]) -> Cell:
-        """A cell of this kind, its fingerprint the digest of its version, kind and spec."""
-        return cls(cell_id, spec, digest({"version": CELL_VERSION, "kind": cls.kind, **spec}))
+    def make(cls, cell_id: str, spec: CellSpec) -> Cell:
+        """A cell of this kind, its fingerprint the digest of its version, kind and spec's payload (the dict the
+        study hashed when specs were dicts: every committed cell file keeps its fingerprint).
+
+        Raises:
+            ConfigTypeError: ``spec`` is not this kind's :attr:`spec_class`."""
+        if type(spec) is not cls.spec_class:
+            raise ConfigTypeError(f"a {cls.kind} cell's spec is a {cls.spec_class.__name__}, got a "
+                                  f"{type(spec).__name__}; build it with {cls.spec_class.__name__}(...)")
+        return cls(cell_id, spec, digest({"version": CELL_VERSION, "kind": cls.kind, **spec.payload()}))
 
     def with_cost(self, cost: dict[str, float]) -> Cell:
         return type(self)(self.id, self.spec, self.fingerprint, cost)
@@ -220,7 +232,7 @@ def run_cell(cell: Cell, context: CellContext) -> dict[str, Any]:
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     append_log(log, f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] start {cell.id} (fingerprint {cell.fingerprint})\n"
-                    f"settings: {json.dumps(cell.spec, sort_keys=True)}\n")
+                    f"settings: {json.dumps(cell.spec.payload(), sort_keys=True)}\n")
     try:
         result = cell.run(context)
     except BaseException as e:

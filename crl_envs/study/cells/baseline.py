@@ -12,6 +12,7 @@ import numpy as np
 
 from crl_envs.study.cells.base import Cell, CellContext, TableInputs, scores_problem
 from crl_envs.study.cells.setting import Setting
+from crl_envs.study.cells.specs import SettingSpec
 from crl_envs.study.cells.trained import TrainerCell, scores, untrained_evaluation
 from crl_envs.study.config import StudyConfig
 
@@ -21,6 +22,7 @@ class BaselineCell(TrainerCell):
     """The untrained learner evaluated in one setup x task."""
 
     kind = "baseline"
+    spec_class = SettingSpec
     order = 20
     setting_order = 0
 
@@ -36,12 +38,12 @@ class BaselineCell(TrainerCell):
         n = len(names)
         per_episode = self.calls(names, list(range(n)))
         without = self.calls(names, list(range(n - 1))) if n > 1 else 0.0
-        evals = s["n_eval"]
+        evals = s.n_eval
         calls = (per_episode + without) * evals
         return {"runs": 0.0, "episodes": float(evals * (1 + bool(without))), "calls": calls,
-                "tokens": calls * s["max_new_tokens"]}
+                "tokens": calls * s.max_new_tokens}
 
-    def run_trainer(self, spec: dict[str, Any], context: CellContext) -> dict[str, Any]:
+    def run_trainer(self, spec: SettingSpec, context: CellContext) -> dict[str, Any]:
         result, rates = untrained_evaluation(spec)  # nothing trains: no trainer is built
         return {**scores(result), "without_learner": np.asarray(result.without_learner).tolist(),
                 "rates": rates,

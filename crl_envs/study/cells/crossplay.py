@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from crl_envs.study.cells.base import Cell, CellContext, TableInputs
+from crl_envs.study.cells.specs import CrossplaySpec
 from crl_envs.study.cells.trained import TrainerCell, build_trainer
 from crl_envs.study.config import StudyConfig
 from crl_kit.errors import RunError
@@ -23,6 +24,8 @@ class CrossplayCell(TrainerCell):
     """A training cell's learners with unseen partners."""
 
     kind = "crossplay"
+    spec_class = CrossplaySpec
+    spec: CrossplaySpec
     order = 40
     stage = 2
     follows = "training"
@@ -33,22 +36,22 @@ class CrossplayCell(TrainerCell):
         if not config.training.crossplay:
             return []
         s = cell.spec
-        return [cls.make(f"crossplay/{s['setup_label']}/{s['task_label']}/{s['trainer']}/seed{s['seed']}",
-                         {**s, "training_fingerprint": cell.fingerprint})]
+        return [cls.make(f"crossplay/{s.setup_label}/{s.task_label}/{s.trainer}/seed{s.seed}",
+                         CrossplaySpec.extending(s, training_fingerprint=cell.fingerprint))]
 
     def cost_estimate(self, config: StudyConfig) -> dict[str, float]:
         """Every distinct setting once on the held-out questions."""
-        s, evals = self.spec, self.spec["n_eval"]
+        s, evals = self.spec, self.spec.n_eval
         names = self.names()
-        settings = _crossplay_settings(names, s.get("learners", [s["learner"]]))
+        settings = _crossplay_settings(names, s.learners or [s.learner])
         calls = sum(self.calls(names, [int(a.split("_")[1]) for a in c]) * evals for c in settings)
         return {"runs": 0.0, "episodes": float(evals * len(settings)), "calls": calls,
-                "tokens": calls * s["max_new_tokens"]}
+                "tokens": calls * s.max_new_tokens}
 
     def add_to_tables(self, tables: TableInputs, results: Mapping[str, dict[str, Any]]) -> None:
-        tables.crossplay[self.setting_key][self.spec["trainer"]][self.spec["seed"]] = results[self.id]
+        tables.crossplay[self.setting_key][self.spec.trainer][self.spec.seed] = results[self.id]
 
-    def run_trainer(self, spec: dict[str, Any], context: CellContext) -> dict[str, Any]:
+    def run_trainer(self, spec: CrossplaySpec, context: CellContext) -> dict[str, Any]:
         """The training cell's learners, restored from its final checkpoint, played with the partners they
         trained with and with partners they never trained with (:func:`trainers.trainer_crossplay`).
 
@@ -56,12 +59,12 @@ class CrossplayCell(TrainerCell):
             RunError: no final checkpoint (rerun the training cell with ``--fresh``)."""
         import trainers
 
-        train_dir = Path(context.out) / "train" / self.spec["training_fingerprint"]
-        trainer = build_trainer(spec, spec["trainer"], spec["seed"], train_dir)
-        final = train_dir / f"checkpoint-{spec['steps']:06d}"
+        train_dir = Path(context.out) / "train" / spec.training_fingerprint
+        trainer = build_trainer(spec, spec.trainer, spec.seed, train_dir)
+        final = train_dir / f"checkpoint-{spec.steps:06d}"
         if not (final / "state.json").exists():
             raise RunError(f"crossplay needs the training cell's final checkpoint {final}, which is missing; rerun "
-                           f"the study with --fresh for {spec['setup_label']}/{spec['trainer']}/seed{spec['seed']}")
+                           f"the study with --fresh for {spec.setup_label}/{spec.trainer}/seed{spec.seed}")
         trainer.load_checkpoint(final)
         cross = trainers.trainer_crossplay(trainer)
         learners = {j: {**r.to_dict(), **{k: np.asarray(v).tolist() for k, v in r.per_question.items()}}

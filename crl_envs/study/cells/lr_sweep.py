@@ -13,6 +13,7 @@ import numpy as np
 from crl_envs.study.cells.base import Cell, CellContext
 from crl_envs.study.cells.build import build_task
 from crl_envs.study.cells.setting import Setting
+from crl_envs.study.cells.specs import SweepSpec
 from crl_envs.study.cells.trained import TrainerCell, build_trainer, trainer_credit
 from crl_envs.study.config import StudyConfig
 from crl_kit.validation import finite_number
@@ -24,6 +25,8 @@ class SweepCell(TrainerCell):
     a trainer that does not play the system)."""
 
     kind = "lr_sweep"
+    spec_class = SweepSpec
+    spec: SweepSpec
     order = 10
     stage = 0
     setting_order = 1
@@ -40,22 +43,19 @@ class SweepCell(TrainerCell):
             return []
         common = setting.common
         system = trainer_credit(rule.trainer).plays_system
-        where = {"setup_label": common["setup_label"], "protocol": common["protocol"], "options": common["options"]} \
-            if system else {"setup_label": "alone", "protocol": "vote", "options": {}}
-        learners = common.get("learners", [common["learner"]])
+        learners = common.learners or [common.learner]
+        # a trainer that plays alone sweeps with its (first) learner alone, whatever the setup
+        where = {} if system else {"setup_label": "alone", "protocol": "vote", "options": {}, "learner": learners[0],
+                                   "learners": None, "schedule": None}
         out = []
         for lr in rule.candidates:
-            spec = {**common, **where, "trainer": rule.trainer, "seed": rule.seed, "steps": rule.steps or setting.setup.steps,
-                    "learning_rate": lr, "questions_per_step": t.questions_per_step,
-                    "num_generations": t.num_generations, "shapley_coalitions": None,
-                    "lora": t.lora, "selection": {"split": rule.split, "seed": rule.task_seed, "n": rule.n},
-                    "selection_n": rule.n}
-            if not system:
-                spec.pop("learners", None)
-                spec.pop("schedule", None)
-                spec["learner"] = learners[0]
-            cell_id = f"lr_sweep/{where['setup_label']}/{'+'.join(learners[:1] if not system else learners)}/" \
-                      f"{common['task_label']}/{spec['steps']}steps/lr{lr:g}"  # setups of other budgets: other cells
+            spec = SweepSpec.extending(
+                common, **where, trainer=rule.trainer, seed=rule.seed, steps=rule.steps or setting.setup.steps,
+                learning_rate=lr, questions_per_step=t.questions_per_step, num_generations=t.num_generations,
+                shapley_coalitions=None, lora=t.lora,
+                selection={"split": rule.split, "seed": rule.task_seed, "n": rule.n}, selection_n=rule.n)
+            cell_id = f"lr_sweep/{spec.setup_label}/{'+'.join(learners[:1] if not system else learners)}/" \
+                      f"{common.task_label}/{spec.steps}steps/lr{lr:g}"  # setups of other budgets: other cells
             out.append(cls.make(cell_id, spec))
         return out
 
@@ -63,25 +63,25 @@ class SweepCell(TrainerCell):
         """The fit, then its learner alone on the selection questions, before and after."""
         names = self.names()
         train_episodes, per_train = self.training_episodes(self.calls(names, list(range(len(names)))))
-        selection = self.spec["selection_n"]
+        selection = self.spec.selection_n
         calls = train_episodes * per_train + 2.0 * selection
         return {"runs": 1.0, "episodes": train_episodes + 2.0 * selection, "calls": calls,
-                "tokens": calls * self.spec["max_new_tokens"]}
+                "tokens": calls * self.spec.max_new_tokens}
 
-    def run_trainer(self, spec: dict[str, Any], context: CellContext) -> dict[str, Any]:
-        """The learner alone on the selection questions before and after ``spec["trainer"]`` trains at the rate
+    def run_trainer(self, spec: SweepSpec, context: CellContext) -> dict[str, Any]:
+        """The learner alone on the selection questions before and after ``spec.trainer`` trains at the rate
         (on the sweep's seed); never the eval split."""
         from trainers.controls import zero_variance_share
 
-        sel = spec["selection"]
-        questions = build_task({**spec["task"], "seed": sel["seed"]}, split=sel["split"], n=sel["n"])
-        trainer = build_trainer(spec, spec["trainer"], spec["seed"], None)
+        sel = spec.selection
+        questions = build_task({**spec.task, "seed": sel["seed"]}, split=sel["split"], n=sel["n"])
+        trainer = build_trainer(spec, spec.trainer, spec.seed, None)
         before = _alone(trainer, questions)
         trainer.fit()
         after = _alone(trainer, questions)
-        return {"learning_rate": spec["learning_rate"], "before": float(before.mean()), "after": float(after.mean()),
+        return {"learning_rate": spec.learning_rate, "before": float(before.mean()), "after": float(after.mean()),
                 "example_ids": [ex.id for ex in questions], "zero_variance": zero_variance_share(trainer.history),
-                "summary": f"lr {spec['learning_rate']:g}: learner alone on the selection questions "
+                "summary": f"lr {spec.learning_rate:g}: learner alone on the selection questions "
                            f"{before.mean():.3f} -> {after.mean():.3f}"}
 
     def check_scores(self, result: dict[str, Any], questions: int) -> str | None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from crl_envs.study.cells.base import Setting
+from crl_envs.study.cells.specs import SettingSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from crl_envs.study.config import StudyConfig
@@ -21,11 +22,11 @@ def substitute(options: Mapping[str, Any], learner: str) -> dict[str, Any]:
 
 
 def _several(setup: Any) -> dict[str, Any]:
-    """``learners`` (and a ``schedule`` other than ``"joint"``) for a setup that trains several; nothing for
-    one learner, so the cells of single-learner setups keep their fingerprints."""
+    """``learners`` (and a ``schedule`` other than ``"joint"``) for a setup that trains several; ``None`` for
+    one learner (absent from the spec's payload), so the cells of single-learner setups keep their fingerprints."""
     if len(setup.learners) < 2:
-        return {}
-    return {"learners": list(setup.learners), **({"schedule": setup.schedule} if setup.schedule != "joint" else {})}
+        return {"learners": None, "schedule": None}
+    return {"learners": list(setup.learners), "schedule": setup.schedule if setup.schedule != "joint" else None}
 
 
 def training_settings(config: StudyConfig) -> list[Setting]:
@@ -37,15 +38,13 @@ def training_settings(config: StudyConfig) -> list[Setting]:
     for label, setup in t.setups.items():
         for task in t.tasks:
             learner = setup.learners[0] if setup.learners else t.learner
-            common = {
-                "pool": config.pools[t.pool].describe(), "pool_label": t.pool, "learner": learner,
-                "setup_label": label, "protocol": setup.protocol,
-                "options": substitute(setup.options, learner),
-                "task": config.tasks[task].describe(), "task_label": task,
-                "train_split": t.train_split, "eval_split": t.eval_split, "n_train": t.n_train,
-                "n_eval": t.n_eval, "max_new_tokens": config.sampling_for(task)["max_new_tokens"],
-                "threads": t.threads,
-                **_several(setup),
-            }
+            common = SettingSpec(
+                pool=config.pools[t.pool].describe(), pool_label=t.pool, learner=learner,
+                setup_label=label, protocol=setup.protocol,
+                options=substitute(setup.options, learner),
+                task=config.tasks[task].describe(), task_label=task,
+                train_split=t.train_split, eval_split=t.eval_split, n_train=t.n_train,
+                n_eval=t.n_eval, max_new_tokens=config.sampling_for(task)["max_new_tokens"],
+                threads=t.threads, **_several(setup))
             out.append(Setting(label, setup, task, common))
     return out

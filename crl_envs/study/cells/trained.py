@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import abc
 import os
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from crl_envs.study.cells.base import Cell, CellContext, StudyTracking, scores_problem
 from crl_envs.study.cells.build import build_pool, build_task, calls_per_episode, member_names
+from crl_envs.study.cells.specs import SettingSpec, TrainerSpec
 from crl_kit.errors import RunError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,15 +35,21 @@ if TYPE_CHECKING:  # pragma: no cover
 TRAINER_OPTIONS = {"shapley_coalitions": "coalitions_per_question"}
 
 
-def trainer_credit(name: str, spec: dict[str, Any] | None = None) -> Credit:
-    """Trainer ``name``'s credit (:meth:`trainers.PolicyGradientTrainer.credit_for`) under the study options of
-    ``spec`` that its config class takes (:data:`TRAINER_OPTIONS`), its config's defaults otherwise."""
+def trainer_credit(name: str, options: Mapping[str, Any] | None = None) -> Credit:
+    """Trainer ``name``'s credit (:meth:`trainers.PolicyGradientTrainer.credit_for`) under the study ``options``
+    (``{"shapley_coalitions": 3}``; a spec's: :func:`study_options`) that its config class takes
+    (:data:`TRAINER_OPTIONS`), its config's defaults otherwise."""
     import trainers
 
     cls = trainers.TRAINERS[name]
-    options = {field: spec[key] for key, field in TRAINER_OPTIONS.items()
-               if spec and spec.get(key) is not None and takes_option(name, key)}
-    return cls.credit_for(cls.config_class(**options))
+    chosen = {field: options[key] for key, field in TRAINER_OPTIONS.items()
+              if options and options.get(key) is not None and takes_option(name, key)}
+    return cls.credit_for(cls.config_class(**chosen))
+
+
+def study_options(spec: SettingSpec) -> dict[str, Any]:
+    """The study options of :data:`TRAINER_OPTIONS` a spec sets (``None`` each for a spec without a trainer)."""
+    return {key: getattr(spec, key) if isinstance(spec, TrainerSpec) else None for key in TRAINER_OPTIONS}
 
 
 def takes_option(name: str, key: str) -> bool:
@@ -51,63 +59,62 @@ def takes_option(name: str, key: str) -> bool:
     return TRAINER_OPTIONS[key] in {f.name for f in fields(trainers.TRAINERS[name].config_class)}
 
 
-def untrained_evaluation(spec: dict[str, Any]) -> tuple[Any, dict[str, float | None]]:
+def untrained_evaluation(spec: SettingSpec) -> tuple[Any, dict[str, float | None]]:
     """The spec's untrained learner(s) on its held-out questions, greedy, as a trainer's ``evaluate()`` (with the
     system without the learners) and :func:`rates` would give them, without building a trainer: the pool's own
     models play (a trainer's untouched copies of them give the same numbers), seed 0."""
-    from dataclasses import replace
-
     from trainers.controls import without_learner
 
-    pool = build_pool(spec["pool"])
-    held_out = build_task(spec["task"], split=spec["eval_split"], n=spec["n_eval"])
-    learners = list(spec["learners"]) if "learners" in spec else [spec["learner"]]
+    pool = build_pool(spec.pool)
+    held_out = build_task(spec.task, split=spec.eval_split, n=spec.n_eval)
+    learners = list(spec.learners or [spec.learner])
     policies = {j: pool[j] for j in learners}
-    settings = dict(max_new_tokens=spec["max_new_tokens"], protocol_options=spec["options"], seed=0)
-    result, rates = evaluation_with_rates(spec["protocol"], pool, held_out, policies, learners[0], **settings)
-    return replace(result, without_learner=without_learner(spec["protocol"], pool, held_out, learners, **settings)), rates
+    settings = dict(max_new_tokens=spec.max_new_tokens, protocol_options=spec.options, seed=0)
+    result, rates = evaluation_with_rates(spec.protocol, pool, held_out, policies, learners[0], **settings)
+    return replace(result, without_learner=without_learner(spec.protocol, pool, held_out, learners, **settings)), rates
 
 
-def build_trainer(spec: dict[str, Any], trainer_name: str, seed: int, output_dir: Path | None,
+def build_trainer(spec: SettingSpec, trainer_name: str, seed: int, output_dir: Path | None,
                   tracking: StudyTracking | None = None):
     """The trainer a cell's spec describes, built (its pool loaded), not trained."""
     import trainers
 
-    pool = build_pool(spec["pool"])
-    train = build_task(spec["task"], split=spec["train_split"], n=spec["n_train"])
-    held_out = build_task(spec["task"], split=spec["eval_split"], n=spec["n_eval"])
+    pool = build_pool(spec.pool)
+    train = build_task(spec.task, split=spec.train_split, n=spec.n_train)
+    held_out = build_task(spec.task, split=spec.eval_split, n=spec.n_eval)
     # a baseline cell has no budget: it only evaluates, with the config's defaults otherwise
-    budget = {k: spec[k] for k in ("steps", "questions_per_step", "num_generations", "learning_rate") if k in spec}
-    common = dict(**budget, max_new_tokens=spec["max_new_tokens"], seed=seed, progress=False,
-                  protocol_options=spec["options"], output_dir=None if output_dir is None else str(output_dir))
+    budget = {k: getattr(spec, k) for k in ("steps", "questions_per_step", "num_generations", "learning_rate")} \
+        if isinstance(spec, TrainerSpec) else {}
+    common = dict(**budget, max_new_tokens=spec.max_new_tokens, seed=seed, progress=False,
+                  protocol_options=spec.options, output_dir=None if output_dir is None else str(output_dir))
     if tracking:  # the study's trackers (crl_envs.tracking), under the study's name
         common.update(trackers=tuple(tracking.trackers), tracking_project=tracking.project,
                       tracking_dir=tracking.dir)
-    if spec.get("lora"):
-        common["lora"] = trainers.LoraSettings(**spec["lora"])
-    for key, field_name in TRAINER_OPTIONS.items():
+    if isinstance(spec, TrainerSpec) and spec.lora:
+        common["lora"] = trainers.LoraSettings(**spec.lora)
+    for key, value in study_options(spec).items():
         if takes_option(trainer_name, key):
-            common[field_name] = spec.get(key)
-    if "schedule" in spec:
-        common["schedule"] = spec["schedule"]
+            common[TRAINER_OPTIONS[key]] = value
+    if spec.schedule is not None:
+        common["schedule"] = spec.schedule
     config = trainers.TRAINERS[trainer_name].config_class(**common)
-    who = {"learners": spec["learners"]} if "learners" in spec else {"learner": spec["learner"]}
-    return trainers.TRAINERS[trainer_name](spec["protocol"], pool, train, config=config, eval_task=held_out, **who)
+    who = {"learners": spec.learners} if spec.learners is not None else {"learner": spec.learner}
+    return trainers.TRAINERS[trainer_name](spec.protocol, pool, train, config=config, eval_task=held_out, **who)
 
 
-def resolve_learning_rate(spec: dict[str, Any], out: Path) -> dict[str, Any]:
+def resolve_learning_rate(spec: SettingSpec, out: Path) -> SettingSpec:
     """``spec`` with a rule's ``learning_rate`` (``{"rule", "tolerance", "sweep": lr -> sweep cell fingerprint}``)
-    replaced by the rate the rule picks from the finished sweep cells (:func:`crl_envs.study.gates.
-    choose_learning_rate`); a number stays as it is. Each sweep file is read as the scheduler reads a cell's
+    replaced by the rate the rule picks (and ``learning_rate_choice`` set to its choice) from the finished sweep cells (:func:`crl_envs.study.gates.
+    choose_learning_rate`); a number (or a spec without a trainer) stays as it is. Each sweep file is read as the scheduler reads a cell's
     (:func:`~crl_envs.study.cells.base.read_result`: a regular file, this sweep cell's kind and fingerprint,
     accuracies in [0, 1]), never trusted because of its path.
 
     Raises:
         RunError: a sweep cell has not finished, or its file is not a valid result of it (the study runs sweep
             cells first and runs again a cell whose file is not valid: rerun it)."""
-    rule = spec.get("learning_rate")
-    if not isinstance(rule, dict):
+    if not isinstance(spec, TrainerSpec) or not isinstance(spec.learning_rate, Mapping):
         return spec
+    rule = spec.learning_rate
     from crl_envs.study.cells.base import cell_kind, read_result
     from crl_envs.study.gates import choose_learning_rate
 
@@ -117,13 +124,14 @@ def resolve_learning_rate(spec: dict[str, Any], out: Path) -> dict[str, Any]:
         if not os.path.lexists(path):
             raise RunError(f"the learning-rate sweep cell for lr {lr} ({path}) has not finished; rerun the study "
                            f"(sweep cells run before training cells)")
-        result, problem = read_result(path, cell_kind("lr_sweep")(f"lr_sweep/lr{lr}", {}, fingerprint))
+        # the sweep cell known by its fingerprint (its result's check reads no spec)
+        result, problem = read_result(path, cell_kind("lr_sweep")(f"lr_sweep/lr{lr}", None, fingerprint))
         if problem is not None:
             raise RunError(f"the learning-rate sweep cell file for lr {lr} ({path}) is not a valid result: {problem}; "
                            f"rerun the study (the sweep cell runs again before the training cells)")
         sweep[float(lr)] = result
     chosen = choose_learning_rate(sweep, rule["rule"], rule["tolerance"])
-    return {**spec, "learning_rate": chosen["learning_rate"], "learning_rate_choice": chosen}
+    return replace(spec, learning_rate=chosen["learning_rate"], learning_rate_choice=chosen)
 
 
 def scores(result: Any) -> dict[str, Any]:
@@ -180,14 +188,14 @@ def learner_rates(protocol: Any, pool: Any, task: Any, policies: dict[str, Any],
 
 @dataclass(frozen=True)
 class TrainerCell(Cell):
-    """A cell of a training setting: it builds a trainer from its spec, on ``spec["threads"]`` torch threads (the
+    """A cell of a training setting: it builds a trainer from its spec, on ``spec.threads`` torch threads (the
     same reductions on every executor), with a learning-rate rule resolved from the finished sweep cells."""
 
     def run(self, context: CellContext) -> dict[str, Any]:
         import torch
 
         threads = torch.get_num_threads()
-        torch.set_num_threads(self.spec["threads"])
+        torch.set_num_threads(self.spec.threads)
         try:
             return self.run_trainer(resolve_learning_rate(self.spec, Path(context.out)), context)
         finally:
@@ -203,7 +211,7 @@ class TrainerCell(Cell):
         """This cell's ``runs``, ``episodes``, ``calls`` and ``tokens`` before anything runs."""
 
     @abc.abstractmethod
-    def run_trainer(self, spec: dict[str, Any], context: CellContext) -> dict[str, Any]:
+    def run_trainer(self, spec: Any, context: CellContext) -> dict[str, Any]:
         """The work, with ``spec``'s learning rate resolved."""
 
     def problem(self, result: dict[str, Any]) -> str | None:
@@ -220,16 +228,16 @@ class TrainerCell(Cell):
     @property
     def setting_key(self) -> tuple[str, str]:
         """``(setup label, task label)``: the training setting the cell belongs to."""
-        return self.spec.get("setup_label"), self.spec.get("task_label")
+        return self.spec.setup_label, self.spec.task_label
 
     # ------------------------------------------------------------------ cost helpers
     def names(self) -> list[str]:
         """The pool's member names, as the cost estimate plays them (:func:`~crl_envs.study.cells.build.member_names`)."""
-        return member_names(self.spec["pool"])
+        return member_names(self.spec.pool)
 
     def calls(self, names: list[str], members: list[int]) -> float:
         """Model calls per episode of the setting's protocol played by ``members`` (indices into ``names``)."""
-        return calls_per_episode(self.spec["protocol"], self.spec["options"], names, members)
+        return calls_per_episode(self.spec.protocol, self.spec.options, names, members)
 
     def training_episodes(self, per_episode: float) -> tuple[float, float]:
         """``(episodes, calls per episode)`` of the fit: steps x questions x the episodes per question its
@@ -237,7 +245,7 @@ class TrainerCell(Cell):
         counterfactuals, x Shapley's coalitions); a system episode costs the whole protocol's calls
         (``per_episode``), the learner alone one."""
         s = self.spec
-        credit = trainer_credit(s["trainer"], s)
-        learners = len(s.get("learners") or [s["learner"]])
-        per_question = credit.episodes_per_question(s["num_generations"], len(self.names()), learners)
-        return float(s["steps"] * s["questions_per_step"] * per_question), (per_episode if credit.plays_system else 1.0)
+        credit = trainer_credit(s.trainer, study_options(s))
+        learners = len(s.learners or [s.learner])
+        per_question = credit.episodes_per_question(s.num_generations, len(self.names()), learners)
+        return float(s.steps * s.questions_per_step * per_question), (per_episode if credit.plays_system else 1.0)

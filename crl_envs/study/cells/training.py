@@ -10,6 +10,7 @@ from typing import Any
 
 from crl_envs.study.cells.base import Cell, CellContext, TableInputs
 from crl_envs.study.cells.setting import Setting
+from crl_envs.study.cells.specs import TrainingSpec
 from crl_envs.study.cells.trained import TrainerCell, build_trainer, scores, takes_option, trained_evaluation
 from crl_envs.study.config import StudyConfig
 
@@ -19,6 +20,8 @@ class TrainingCell(TrainerCell):
     """One trainer x seed of one setup x task, with the setup's budget and learning rate (or the rule's)."""
 
     kind = "training"
+    spec_class = TrainingSpec
+    spec: TrainingSpec
     order = 30
     setting_order = 2
 
@@ -29,16 +32,15 @@ class TrainingCell(TrainerCell):
         if t.lr_rule is not None:  # the rate the rule picks from the setting's sweep cells, when they finish
             sweep = setting.planned.get("lr_sweep", [])
             learning_rate = {"rule": t.lr_rule.select, "tolerance": t.lr_rule.tolerance,
-                             "sweep": {str(c.spec["learning_rate"]): c.fingerprint for c in sweep}}
+                             "sweep": {str(c.spec.learning_rate): c.fingerprint for c in sweep}}
         out = []
         for trainer in t.trainers:
             for seed in t.seeds:
-                spec = {**setting.common, "trainer": trainer, "seed": seed, "steps": setting.setup.steps,
-                        "learning_rate": learning_rate, "questions_per_step": t.questions_per_step,
-                        "num_generations": t.num_generations,
-                        "shapley_coalitions": t.shapley_coalitions if takes_option(trainer, "shapley_coalitions")
-                        else None,
-                        "lora": t.lora}
+                spec = TrainingSpec.extending(
+                    setting.common, trainer=trainer, seed=seed, steps=setting.setup.steps, learning_rate=learning_rate,
+                    questions_per_step=t.questions_per_step, num_generations=t.num_generations,
+                    shapley_coalitions=t.shapley_coalitions if takes_option(trainer, "shapley_coalitions") else None,
+                    lora=t.lora)
                 out.append(cls.make(f"training/{setting.label}/{setting.task}/{trainer}/seed{seed}", spec))
         return out
 
@@ -47,27 +49,27 @@ class TrainingCell(TrainerCell):
         names = self.names()
         per_episode = self.calls(names, list(range(len(names))))
         train_episodes, per_train = self.training_episodes(per_episode)
-        evals = self.spec["n_eval"]
+        evals = self.spec.n_eval
         calls = train_episodes * per_train + per_episode * evals
         return {"runs": 1.0, "episodes": train_episodes + evals, "calls": calls,
-                "tokens": calls * self.spec["max_new_tokens"]}
+                "tokens": calls * self.spec.max_new_tokens}
 
     def add_to_tables(self, tables: TableInputs, results: Mapping[str, dict[str, Any]]) -> None:
-        tables.runs[self.setting_key][self.spec["trainer"]][self.spec["seed"]] = results[self.id]
+        tables.runs[self.setting_key][self.spec.trainer][self.spec.seed] = results[self.id]
 
-    def run_trainer(self, spec: dict[str, Any], context: CellContext) -> dict[str, Any]:
+    def run_trainer(self, spec: TrainingSpec, context: CellContext) -> dict[str, Any]:
         from trainers.controls import zero_variance_share
 
-        trainer = build_trainer(spec, spec["trainer"], spec["seed"], Path(context.out) / "train" / self.fingerprint,
+        trainer = build_trainer(spec, spec.trainer, spec.seed, Path(context.out) / "train" / self.fingerprint,
                                 context.tracking)
         trainer.fit()
         # the system without the learner: once, in the baseline cell; the scores and rates: one play
         result, learner_rates = trained_evaluation(trainer)
         zero = zero_variance_share(trainer.history)
-        chosen = {"learning_rate": spec["learning_rate"], **({"learning_rate_choice": spec["learning_rate_choice"]}
-                                                              if "learning_rate_choice" in spec else {})}
+        chosen = {"learning_rate": spec.learning_rate, **({"learning_rate_choice": spec.learning_rate_choice}
+                                                           if spec.learning_rate_choice is not None else {})}
         return {**scores(result), "rollouts": trainer.rollouts, "zero_variance": zero,
                 "rates": learner_rates, **chosen,
                 "summary": f"after training: system {result.system_accuracy:.3f}, learner alone "
                            f"{result.standalone_accuracy:.3f}, {trainer.rollouts} rollouts, zero-variance groups "
-                           f"{zero if zero is None else round(zero, 2)}, lr {spec['learning_rate']:g}"}
+                           f"{zero if zero is None else round(zero, 2)}, lr {spec.learning_rate:g}"}

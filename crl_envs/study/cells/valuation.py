@@ -17,6 +17,7 @@ from crl_envs.study.cells.build import (
     member_names,
     sampling_params,
 )
+from crl_envs.study.cells.specs import ValuationSpec
 from crl_envs.study.config import MAX_COALITION_RUNS, StudyConfig, StudyConfigError
 from crl_envs.valuation.estimators import ESTIMATORS, Estimator, estimator_class, estimator_for
 from crl_kit.serial import digest
@@ -33,6 +34,8 @@ class ValuationCell(Cell):
     """One pool x protocol x task x seed valued (:func:`crl_envs.valuation.evaluate`)."""
 
     kind = "valuation"
+    spec_class = ValuationSpec
+    spec: ValuationSpec
     order = 0
     in_driver = True
     runs_unit = "coalition runs"
@@ -47,14 +50,13 @@ class ValuationCell(Cell):
             for proto in v.protocols:
                 for task in v.tasks_of(pool):
                     for seed in v.seeds:
-                        spec = {
-                            "pool": config.pools[pool].describe(), "pool_label": pool,
-                            "protocol": config.protocols[proto].describe(), "protocol_label": proto,
-                            "task": config.tasks[task].describe(), "task_label": task,
-                            "estimator": v.estimator, "samples": v.samples, "seed": seed, "budget": v.budget,
-                            "sampling": config.sampling_for(task), "ci_level": v.ci_level,
-                            "bootstrap_resamples": v.bootstrap_resamples,
-                        }
+                        spec = ValuationSpec(
+                            pool=config.pools[pool].describe(), pool_label=pool,
+                            protocol=config.protocols[proto].describe(), protocol_label=proto,
+                            task=config.tasks[task].describe(), task_label=task,
+                            estimator=v.estimator, samples=v.samples, seed=seed, budget=v.budget,
+                            sampling=config.sampling_for(task), ci_level=v.ci_level,
+                            bootstrap_resamples=v.bootstrap_resamples)
                         out.append(cls.make(f"valuation/{pool}/{proto}/{task}/seed{seed}", spec))
         return out
 
@@ -76,34 +78,34 @@ class ValuationCell(Cell):
         costs: list[dict[str, float]] = []
         for cell in cells:
             s = cell.spec
-            names = member_names(s["pool"])
+            names = member_names(s.pool)
             kind, budget = cell.estimator_kind(len(names))
             # a protocol that computes its coalitions from answers plays only its one-member coalitions
             per_size = {1: float(len(names))} if cell.computed else kind.coalitions_per_size(len(names), budget)
             cell._refuse_large(kind, sum(per_size.values()))
-            if not distinct or sum(per_size.values()) > LISTED_COALITIONS or (s["budget"] or 0) > LISTED_COALITIONS:
+            if not distinct or sum(per_size.values()) > LISTED_COALITIONS or (s.budget or 0) > LISTED_COALITIONS:
                 costs.append(cell._every_request(names, per_size, calls_memo))
                 continue
-            est = kind(len(names), budget=budget, seed=s["seed"], computed=cell.computed)
+            est = kind(len(names), budget=budget, seed=s.seed, computed=cell.computed)
             played, runs, episodes = cell._distinct_runs(est, names, seen)
-            memo_key = digest([s["pool"], s["task"], s["samples"], s["seed"], s["sampling"]]) \
+            memo_key = digest([s.pool, s.task, s.samples, s.seed, s.sampling]) \
                 if config.executor.kind == "local" else cell.id
             turns.setdefault(memo_key, []).append((len(costs), played))
             costs.append({"runs": runs, "episodes": episodes, "calls": 0.0, "tokens": 0.0})
         for in_turn in turns.values():  # in plan order, each cell's count is what it adds
             s = cells[in_turn[0][0]].spec
-            names = member_names(s["pool"])
-            counts = distinct_calls_in_turn([played for _, played in in_turn], names, s["task"]["n"] or 100,
-                                            s["samples"], memoised=memoised_models(s["pool"], len(names)))
+            names = member_names(s.pool)
+            counts = distinct_calls_in_turn([played for _, played in in_turn], names, s.task["n"] or 100,
+                                            s.samples, memoised=memoised_models(s.pool, len(names)))
             for (index, _), calls in zip(in_turn, counts):
-                costs[index].update(calls=calls, tokens=calls * cells[index].spec["sampling"]["max_new_tokens"])
+                costs[index].update(calls=calls, tokens=calls * cells[index].spec.sampling["max_new_tokens"])
         return costs
 
     def estimator_kind(self, n: int) -> tuple[type[Estimator], int | None]:
         """The estimator that values this cell's pool of ``n`` models, and the budget it takes (``None``
         for one that takes none)."""
-        kind = estimator_class(estimator_for(n, self.spec["estimator"]))
-        return kind, self.spec["budget"] if kind.budget_unit is not None else None
+        kind = estimator_class(estimator_for(n, self.spec.estimator))
+        return kind, self.spec.budget if kind.budget_unit is not None else None
 
     @property
     def computed(self) -> bool:
@@ -111,7 +113,7 @@ class ValuationCell(Cell):
         rule, as vote): then only those are played (:attr:`crl_envs.valuation.CoalitionGame.computed`)."""
         from crl_envs import protocols
 
-        made = protocols.env_class(protocols.get(self.spec["protocol"]["protocol"]))
+        made = protocols.env_class(protocols.get(self.spec.protocol["protocol"]))
         return made is not None and made.aggregate is not None
 
     def _refuse_large(self, kind: type[Estimator], runs: float) -> None:
@@ -125,41 +127,41 @@ class ValuationCell(Cell):
                        ) -> dict[str, float]:
         """Every request of the cell counted, per coalition size (an upper bound on what the memo generates)."""
         s = self.spec
-        n, questions = len(names), s["task"]["n"] or 100
+        n, questions = len(names), s.task["n"] or 100
         runs = episodes = calls = 0.0
-        played = [(s["protocol"]["protocol"], s["protocol"]["options"], k, c) for k, c in per_size.items()]
+        played = [(s.protocol["protocol"], s.protocol["options"], k, c) for k, c in per_size.items()]
         for proto, opts, k, count in [*played, ("vote", {}, 1, float(n))]:  # then the models alone
             memo = (proto, digest(opts), n, k)
             if memo not in calls_memo:
                 calls_memo[memo] = calls_per_episode(proto, opts, names, list(range(k)))
             runs += count
-            episodes += count * questions * s["samples"]
-            calls += count * calls_memo[memo] * questions * s["samples"]
-        return {"runs": runs, "episodes": episodes, "calls": calls, "tokens": calls * s["sampling"]["max_new_tokens"]}
+            episodes += count * questions * s.samples
+            calls += count * calls_memo[memo] * questions * s.samples
+        return {"runs": runs, "episodes": episodes, "calls": calls, "tokens": calls * s.sampling["max_new_tokens"]}
 
     def _distinct_runs(self, est: Estimator, names: list[str], seen: set[str]) -> tuple[list[tuple], float, float]:
         """The coalitions ``est`` plays for this cell that no earlier cell played (``seen``, updated):
         ``(protocol, options, mask)`` each, with their count and episodes."""
         s = self.spec
-        n, questions = len(names), s["task"]["n"] or 100
-        common = [s["protocol"], s["task"], s["samples"], s["seed"], s["sampling"]]
+        n, questions = len(names), s.task["n"] or 100
+        common = [s.protocol, s.task, s.samples, s.seed, s.sampling]
         jobs = [("protocol", m) for m in est.coalitions() if m and (not self.computed or not m & (m - 1))] + \
             [("alone", 1 << i) for i in range(n)]
         played_runs: list[tuple] = []
         runs = episodes = 0.0
         for what, m in jobs:
             members = [i for i in range(n) if m >> i & 1]
-            pool_desc = s["pool"] if isinstance(s["pool"], str) else None
-            who = [[i, pool_desc or s["pool"][i]] for i in members]
-            played = {"protocol": "vote", "options": {}} if what == "alone" else s["protocol"]
+            pool_desc = s.pool if isinstance(s.pool, str) else None
+            who = [[i, pool_desc or s.pool[i]] for i in members]
+            played = {"protocol": "vote", "options": {}} if what == "alone" else s.protocol
             key = digest([played, who, *common[1:]])  # vote's one-member coalitions are the models alone
             if key in seen:
                 continue
             seen.add(key)
-            proto, opts = ("vote", {}) if what == "alone" else (s["protocol"]["protocol"], s["protocol"]["options"])
+            proto, opts = ("vote", {}) if what == "alone" else (s.protocol["protocol"], s.protocol["options"])
             played_runs.append((proto, opts, m))
             runs += 1
-            episodes += questions * s["samples"]
+            episodes += questions * s.samples
         return played_runs, runs, episodes
 
     # ------------------------------------------------------------------ run
@@ -167,17 +169,17 @@ class ValuationCell(Cell):
         from crl_envs import protocols, valuation
 
         spec = self.spec
-        pool = build_pool(spec["pool"])
-        task = build_task(spec["task"])
+        pool = build_pool(spec.pool)
+        task = build_task(spec.task)
         kind, budget = self.estimator_kind(len(pool))
         report = valuation.evaluate(
-            spec["protocol"]["protocol"], pool, task, estimator=kind.name, samples=spec["samples"], seed=spec["seed"],
+            spec.protocol["protocol"], pool, task, estimator=kind.name, samples=spec.samples, seed=spec.seed,
             budget=budget,
-            cache_dir=Path(context.out) / "coalitions", progress=False, sampling=sampling_params(spec["sampling"]),
-            options=spec["protocol"]["options"], ci_level=spec["ci_level"],
-            bootstrap_resamples=spec["bootstrap_resamples"], executor=context.coalition_executor or "local")
+            cache_dir=Path(context.out) / "coalitions", progress=False, sampling=sampling_params(spec.sampling),
+            options=spec.protocol["options"], ci_level=spec.ci_level,
+            bootstrap_resamples=spec.bootstrap_resamples, executor=context.coalition_executor or "local")
         d = report.to_dict()
-        d["family"] = protocols.family(spec["protocol"]["protocol"])
+        d["family"] = protocols.family(spec.protocol["protocol"])
         d["fingerprints"] = {a: pool[a].fingerprint for a in pool.ids}
         comp = "shapley" if report.shapley is not None else "loo"
         kt = report.correlation[comp]["kendall"]
@@ -196,7 +198,7 @@ class ValuationCell(Cell):
 
     def labels(self) -> dict[str, str]:
         """The config labels of the setting it values (``pool``, ``protocol``, ``task``)."""
-        return {"pool": self.spec["pool_label"], "protocol": self.spec["protocol_label"], "task": self.spec["task_label"]}
+        return {"pool": self.spec.pool_label, "protocol": self.spec.protocol_label, "task": self.spec.task_label}
 
 
 #: The range of each measure's per-question values in a game of values in [0, 1] (the cost-aware measures and
