@@ -104,8 +104,9 @@ def build_trainer(spec: SettingSpec, trainer_name: str, seed: int, output_dir: P
 
 def resolve_learning_rate(spec: SettingSpec, out: Path) -> SettingSpec:
     """``spec`` with a rule's ``learning_rate`` (``{"rule", "tolerance", "sweep": lr -> sweep cell fingerprint}``)
-    replaced by the rate the rule picks (and ``learning_rate_choice`` set to its choice) from the finished sweep cells (:func:`crl_envs.study.gates.
-    choose_learning_rate`); a number (or a spec without a trainer) stays as it is. Each sweep file is read as the scheduler reads a cell's
+    replaced by the rate the rule picks from the finished sweep cells (:func:`crl_envs.study.gates.
+    choose_learning_rate`), with ``learning_rate_choice`` set to its choice; a number (or a spec without a
+    trainer) stays as it is. Each sweep file is read as the scheduler reads a cell's
     (:func:`~crl_envs.study.cells.base.read_result`: a regular file, this sweep cell's kind and fingerprint,
     accuracies in [0, 1]), never trusted because of its path.
 
@@ -211,7 +212,7 @@ class TrainerCell(Cell):
         """This cell's ``runs``, ``episodes``, ``calls`` and ``tokens`` before anything runs."""
 
     @abc.abstractmethod
-    def run_trainer(self, spec: Any, context: CellContext) -> dict[str, Any]:
+    def run_trainer(self, spec: SettingSpec, context: CellContext) -> dict[str, Any]:
         """The work, with ``spec``'s learning rate resolved."""
 
     def problem(self, result: dict[str, Any]) -> str | None:
