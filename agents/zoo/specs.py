@@ -277,6 +277,7 @@ POOLS16: dict[str, tuple[Member16, ...]] = {
     "zoo16-copies": tuple(Member16("zoo4-strong", _SAMPLED) for _ in range(16)),
     "zoo16-specialists": (*(Member16(m) for m in POOLS4["zoo4-specialists"]),
                           *(Member16(m, _SAMPLED) for m in POOLS4["zoo4-specialists"])),
+    "zoo16-tau0": tuple(Member16(m) for m in (*POOLS4["zoo4-clones"][:7], "zoo4-soloist", *POOLS4["zoo4-specialists"])),
 }
 
 #: Each pool of 16's shape, the effect it is meant to have (the checks ``benchmarks/pools16.py`` runs, quoted),
@@ -303,6 +304,20 @@ POOL_SHAPES16: dict[str, tuple[str, str, str]] = {
         "than the best seat, and a specialist's greedy and sampled seats' errors correlating more than different "
         "specialists'; no verdict predicted (close spacing: the design has little power there)",
         "close"),
+    "zoo16-tau0": (
+        "built for a true tau near 0: eight individually strong, mutually redundant seats (zoo4-strong, its six "
+        "near-clones, the soloist: v4 report 0.78 .. 0.85, right on the same questions) and eight individually "
+        "weaker complementary ones (zoo4-specialists, 0.43 .. 0.63, blind to different kinds), every seat greedy; "
+        "in vote the redundant seats split each question's credit many ways and a specialist is credited where "
+        "the others fail. On planted truth with true niche solvers the construction gives tau about 0 "
+        "(benchmarks/pools16.py, planted 'tau0'). Before it was played on the evaluation's questions, exact vote "
+        "Shapley on 200 other arith test questions (seed 1, none shared) gave tau +0.91: v4's specialists are not "
+        "niche solvers (the redundant seats are right on 80% of questions, the specialists' kinds included), so "
+        "this real instance is expected to miss its shape; nine other unions tried there (identical copies of one "
+        "model, sampled seats at temperature 1.5, mixes) gave +0.78 .. +0.99",
+        "the cross-fit tau lies in (-0.3, 0.3) and the verdict is not coupled (expected to fail on v4's models, "
+        "see the shape)",
+        "graded"),
 }
 
 __all__ = ["TASK_OPTIONS", "QUICK_TASK_OPTIONS", "ModelSpec", "BASE", "SPECS", "QUICK_SPEC", "TASKS3", "Model3Spec",
