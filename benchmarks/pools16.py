@@ -37,10 +37,10 @@ QUESTIONS = 200
 SEED = 0
 MAX_NEW_TOKENS = 24  # as benchmarks/levels.py and tools/zoo/v4.py
 ALPHA = 0.05
-#: Questions of the planted population whose tau is "true" (Shapley SE per seat about 0.17 / sqrt(1000)).
-PLANTED_QUESTIONS = 1000
+#: Questions drawn from a planted population and played (the true tau is computed exactly: planted_truth).
+PLANTED_QUESTIONS = 600
 #: 200-question draws from the planted population the verdict is run on.
-PLANTED_DRAWS = 200
+PLANTED_DRAWS = 100
 
 
 # ---------------------------------------------------------------------- the vote game from answers
@@ -69,58 +69,91 @@ def vote_shapley(codes: np.ndarray, right: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- planted truth
-def planted_codes(shape: str, questions: int, rng: np.random.Generator) -> np.ndarray:
-    """``(questions, 16)`` answer codes of a planted pool (0 is the right answer; wrong answers as stated):
+def _tau0_kinds() -> tuple[np.ndarray, np.ndarray]:
+    """The planted ``tau0`` pool as question kinds: ``(weights, right)``, ``right[k, i]`` seat ``i``'s chance on kind ``k``."""
+    strength = np.linspace(0.80, 0.94, 8)
+    right = np.full((6, 16), 0.05)
+    right[0, :8] = right[1, :8] = strength  # the common kind and the redundant seats' own kind
+    right[0, 8:], right[1, 8:] = 0.9, 0.1
+    for pair in range(4):  # each complementary pair's niche
+        right[2 + pair, [8 + 2 * pair, 9 + 2 * pair]] = strength[[2 * pair, 2 * pair + 1]]
+    return np.array([0.3, 0.3, 0.1, 0.1, 0.1, 0.1]), right
 
-    - ``"graded"``: accuracies 0.05 .. 0.90 evenly, independent, wrong answers scattered;
-    - ``"copies"``: every seat right with probability 0.72 on a question of difficulty drawn per question
-      (a Beta(2.9, 1.1) right-rate: the seats exchangeable, their errors correlated through the question),
-      wrong answers one common value 60% of the time;
+
+#: Planted shapes whose seats are independent given the question's kind, wrong answers never shared:
+#: ``name -> (kind weights, right[kind, seat])``.
+PLANTED_KINDS: dict[str, tuple[np.ndarray, np.ndarray]] = {
+    "graded": (np.ones(1), np.linspace(0.05, 0.90, 16)[None, :]),
+    "tau0": _tau0_kinds(),
+}
+
+
+def planted_codes(shape: str, questions: int, rng: np.random.Generator) -> np.ndarray:
+    """``(questions, 16)`` answer codes of a planted pool (0 is the right answer):
+
+    - ``"graded"``: accuracies 0.05 .. 0.90 evenly, independent;
     - ``"tau0"`` (the construction of ``zoo16-tau0``, with true niche solvers): seats 0-7 *redundant*, right with
       probability 0.80 .. 0.94 on the same 60% of questions (a common kind and a kind only they solve), 0.05
       elsewhere; seats 8-15 *complementary*, four pairs: right with probability 0.9 on the common kind, 0.1 on
       the redundant seats' kind, 0.80 .. 0.94 on their pair's own niche (10% of questions each), 0.05 on the
-      other niches; wrong answers scattered. Alone the redundant seats are stronger; in vote they split each
-      question's credit eight ways, a pair splits its niche's two ways (population tau about 0, measured).
+      other niches. Alone the redundant seats are stronger; in vote they split each question's credit eight
+      ways, a pair splits its niche's two ways;
+    - ``"copies"``: every seat right with probability drawn per question (Beta(2.9, 1.1), mean 0.72: the seats
+      exchangeable, their errors correlated through the question), wrong answers one common value 60% of the time.
+
+    In ``graded`` and ``tau0`` (:data:`PLANTED_KINDS`) seats are independent given the kind and never share a
+    wrong answer, so :func:`planted_truth` computes their population exactly.
     """
-    if shape == "graded":
-        p = np.broadcast_to(np.linspace(0.05, 0.90, 16), (questions, 16))
+    if shape in PLANTED_KINDS:
+        weights, right_p = PLANTED_KINDS[shape]
+        p = right_p[rng.choice(len(weights), questions, p=weights)]
         right = rng.random((questions, 16)) < p
-        return np.where(right, 0, 1 + rng.integers(0, 1000, (questions, 16)))
+        return np.where(right, 0, 1 + 1000 * np.arange(16)[None, :] + rng.integers(0, 1000, (questions, 16)))
     if shape == "copies":
         p = rng.beta(2.9, 1.1, questions)[:, None]
         right = rng.random((questions, 16)) < p
         common = rng.random((questions, 16)) < 0.6
         return np.where(right, 0, np.where(common, 1, 2 + rng.integers(0, 1000, (questions, 16))))
-    if shape == "tau0":
-        strength = np.linspace(0.80, 0.94, 8)
-        kind = rng.choice(6, questions, p=[0.3, 0.3, 0.1, 0.1, 0.1, 0.1])
-        p = np.full((questions, 16), 0.05)
-        p[:, :8] = np.where((kind < 2)[:, None], strength[None, :], 0.05)
-        p[kind == 0, 8:] = 0.9
-        p[kind == 1, 8:] = 0.1
-        for pair in range(4):
-            p[np.ix_(kind == 2 + pair, [8 + 2 * pair, 9 + 2 * pair])] = strength[[2 * pair, 2 * pair + 1]]
-        right = rng.random((questions, 16)) < p
-        return np.where(right, 0, 1 + rng.integers(0, 1000, (questions, 16)))
     raise ValueError(f"planted shape must be 'graded', 'copies' or 'tau0', got {shape!r}")
+
+
+def planted_truth(shape: str) -> dict[str, Any]:
+    """The population of a planted shape of :data:`PLANTED_KINDS`, exactly: each seat's accuracy, its Shapley value
+    in vote and their Kendall tau-b. Per kind, a coalition is right when two or more of its seats are (they agree;
+    wrong answers never do), or when exactly one is and it comes first in pool order (vote gives a tie of single
+    answers to the first seat): ``P = 1 - P(none) - P(one) + P(only the first)``, independent seats."""
+    from crl_envs import stats
+    from crl_envs.valuation.estimators import membership, shapley_weights
+
+    weights, right_p = PLANTED_KINDS[shape]
+    inside = membership(16).T.astype(float)  # (2^16, 16)
+    masks = np.arange(1 << 16)
+    first = np.where(masks > 0, np.log2(np.maximum(masks & -masks, 1)).astype(int), 0)
+    value = np.zeros(1 << 16)
+    for w, p in zip(weights, right_p):
+        none = np.exp(inside @ np.log1p(-p))
+        one = none * (inside @ (p / (1 - p)))
+        only_first = none * p[first] / (1 - p[first])
+        value += w * np.where(masks > 0, 1 - none - one + only_first, 0.0)
+    accuracy, shapley = weights @ right_p, shapley_weights(16) @ value
+    return {"accuracy": accuracy.round(4).tolist(), "shapley": shapley.round(5).tolist(),
+            "tau": float(stats.kendall_tau_b(accuracy, shapley))}
 
 
 def planted_check(shape: str, *, questions: int = PLANTED_QUESTIONS, draws: int = PLANTED_DRAWS,
                   draw_questions: int = QUESTIONS, seed: int = 0) -> dict[str, Any]:
-    """A planted pool's population (``questions`` questions): each seat's accuracy and mean vote Shapley, their
-    Kendall tau-b (the "true" tau), and the study's verdict on ``draws`` draws of ``draw_questions`` questions
-    from that population (cross-fit tau, alpha :data:`ALPHA`): the share of each verdict, with its Monte Carlo SE."""
+    """A planted pool: its true tau (:func:`planted_truth`; for ``copies`` undefined, every seat the same in
+    distribution), then ``questions`` questions drawn and played through :func:`vote_shapley`: the same-question
+    tau of their accuracies and Shapley means (for exchangeable seats, the artefact cross-fitting removes), and
+    the study's verdict on ``draws`` draws of ``draw_questions`` of them (cross-fit tau, alpha :data:`ALPHA`):
+    the share of each verdict, with its Monte Carlo SE."""
     from crl_envs import stats
 
     rng = np.random.default_rng([seed, ["graded", "copies", "tau0"].index(shape)])
     codes = planted_codes(shape, questions, rng)
     right = (codes == 0).astype(float)
     phi = vote_shapley(codes, right)
-    acc, value = right.mean(axis=0), phi.mean(axis=1)
-    tau = float(stats.kendall_tau_b(acc, value))
     found: dict[str, int] = {}
-    taus = []
     for k in range(draws):
         idx = rng.choice(questions, draw_questions, replace=False)
         cf = stats.crossfit_tau(right[idx].T, phi[:, idx], [f"planted-{shape}-{k}-{i}" for i in idx], level=1 - ALPHA,
@@ -128,12 +161,12 @@ def planted_check(shape: str, *, questions: int = PLANTED_QUESTIONS, draws: int 
         got = stats.verdict(cf["kendall_tau"], cf["p_value"], cf["min_p_value"], cf["tau_ci"], alpha=ALPHA,
                             questions=cf["questions"])
         found[got] = found.get(got, 0) + 1
-        taus.append(np.nan if cf["kendall_tau"] is None else cf["kendall_tau"])
     rates = {v: {"rate": c / draws, "se": math.sqrt(c / draws * (1 - c / draws) / draws)} for v, c in sorted(found.items())}
-    return {"shape": shape, "questions": questions, "accuracy": acc.round(4).tolist(), "shapley": value.round(5).tolist(),
-            "shapley_se": float((phi.std(axis=1, ddof=1) / math.sqrt(questions)).max()), "population_tau": tau,
-            "draws": draws, "draw_questions": draw_questions, "verdicts": rates,
-            "mean_crossfit_tau": float(np.nanmean(taus))}
+    truth = planted_truth(shape) if shape in PLANTED_KINDS else None
+    return {"shape": shape, "true_tau": None if truth is None else truth["tau"], "truth": truth, "questions": questions,
+            "accuracy": right.mean(axis=0).round(4).tolist(), "shapley": phi.mean(axis=1).round(5).tolist(),
+            "same_question_tau": float(stats.kendall_tau_b(right.mean(axis=0), phi.mean(axis=1))),
+            "draws": draws, "draw_questions": draw_questions, "verdicts": rates}
 
 
 # ---------------------------------------------------------------------- the stated checks
@@ -242,18 +275,26 @@ def markdown(result: Mapping[str, Any]) -> str:
     from agents.zoo.specs import POOL_SHAPES16
     from crl_envs.stats import format_power, interval
 
-    lines = ["| planted shape | population tau | mean cross-fit tau | verdicts over "
-             f"{result['planted']['tau0']['draws']} draws of {result['planted']['tau0']['draw_questions']} questions |",
-             "|---|---|---|---|"]
+    first = next(iter(result["planted"].values()))
+    lines = [f"| planted shape | true tau | same-question tau ({first['questions']} questions) | verdicts over "
+             f"{first['draws']} draws of {first['draw_questions']} questions |", "|---|---|---|---|"]
     for shape, p in result["planted"].items():
         rates = ", ".join(f"{v} {r['rate']:.2f} ± {r['se']:.2f}" for v, r in p["verdicts"].items())
-        lines.append(f"| {shape} | {p['population_tau']:+.3f} | {p['mean_crossfit_tau']:+.3f} | {rates} |")
+        true = "undefined (seats identical in distribution)" if p["true_tau"] is None else f"{p['true_tau']:+.3f}"
+        lines.append(f"| {shape} | {true} | {p['same_question_tau']:+.3f} | {rates} |")
+    lines += ["", "| pool | alone (range) | vote | cross-fit tau | verdict | stated checks held |", "|---|---|---|---|---|---|"]
+    for name, p in result["pools"].items():
+        v, held = p["verdict"], sum(c["held"] for c in p["checks"].values())
+        tau = "n/a" if v["kendall_tau"] is None else f"{v['kendall_tau']:+.2f}"
+        lines.append(f"| {name} | {min(p['accuracy']):.2f} .. {max(p['accuracy']):.2f} | {p['vote']:.3f} | {tau} | "
+                     f"{v['verdict']} | {held} of {len(p['checks'])} |")
     lines.append("")
     for name, p in result["pools"].items():
         v = p["verdict"]
         ci = interval(v["tau_ci"], v["kendall_tau"], lambda x: f"{x:+.2f}", zero_width="every pair's order determined")
         pw = result["power"][name]
-        lines += [f"### {name}", "", f"Stated shape: {POOL_SHAPES16[name][0]}", "",
+        lines += [f"### {name}", "", f"Stated shape: {POOL_SHAPES16[name][0]}.", "",
+                  f"Stated effect: {POOL_SHAPES16[name][1]}.", "",
                   "| seat | alone | vote Shapley |", "|---|---|---|"]
         lines += [f"| {s} | {a:.3f} | {sh:+.4f} |" for s, a, sh in zip(p["names"], p["accuracy"], p["shapley"])]
         tau = "n/a" if v["kendall_tau"] is None else f"{v['kendall_tau']:+.2f}"
@@ -262,7 +303,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         lines += ["", f"vote {p['vote']:.3f}, best seat {max(p['accuracy']):.3f}, at least one right {p['any_right']:.3f}, "
                   f"Cochran's Q p {p['cochran_q_p']:.3g}"
                   + (f", error correlation twins {ec['twins']:+.2f} / others {ec['others']:+.2f}"
-                     if ec["twins"] is not None and ec["others"] is not None else "")
+                     if "twins_closer" in p["checks"] else "")
                   + f"; cross-fit tau {tau} (95% interval {ci}), exact p {pv}: **{v['verdict']}**.", "",
                   f"Power at n = 16, {result['questions']} questions ({pw['spacing']} spacing): coupled at tau 0.5 "
                   f"{format_power(pw['coupled_at_0.5'])}; coupled at tau 0 {format_power(pw['coupled_at_0'])}; "
@@ -294,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "pools": {}, "power": {}}
     for shape in filter(None, args.planted.split(",")):
         result["planted"][shape] = planted_check(shape)
-        print("planted", shape, result["planted"][shape]["population_tau"], result["planted"][shape]["verdicts"], flush=True)
+        print("planted", shape, result["planted"][shape]["true_tau"], result["planted"][shape]["verdicts"], flush=True)
     for name in filter(None, args.pools.split(",")):
         result["pools"][name] = measure(name)
         result["power"][name] = power(name)

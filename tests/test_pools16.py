@@ -38,7 +38,7 @@ def test_copies_pool_samples_each_seat_with_its_own_seed():
     base = {id(a.agent) for a in pool.values()}
     assert len(base) == 1  # one model loaded once
     assert {a.temperature for a in pool.values()} == {SAMPLED_TEMPERATURE}
-    request = agents.Request([{"role": "user", "content": "What is 47 + 85?"}], agents.SamplingParams(max_new_tokens=12))
+    request = agents.Request([{"role": "user", "content": "What is 47 + 85?"}], agents.SamplingParams(max_new_tokens=24))
     seat = pool["model_0"]
     texts = [g.text for g in seat.generate([agents.Request(request.messages, request.sampling.with_seed(s))
                                             for s in range(12)])]
@@ -75,7 +75,7 @@ def test_vote_shapley_matches_the_valuation_of_a_scripted_pool():
     table = {e.id: offsets[k] for k, e in enumerate(task.examples)}
 
     def seat(i: int) -> agents.ScriptedAgent:
-        return agents.ScriptedAgent(f"s{i}", lambda ex, msgs, i=i: f"The answer is {int(ex.reference) + int(table[ex.id][i])}.")
+        return agents.ScriptedAgent(f"s{i}", lambda ex, msgs, i=i: f"The answer is {int(ex.answer) + int(table[ex.id][i])}.")
 
     report = valuation.evaluate("vote", agents.pool([seat(i) for i in range(n)]), task, cache_dir=False, progress=False)
     codes = np.array([[int(table[e.id][i]) for i in range(n)] for e in task.examples]) + 1  # 1 is right
@@ -83,18 +83,42 @@ def test_vote_shapley_matches_the_valuation_of_a_scripted_pool():
     np.testing.assert_allclose(pools16.vote_shapley(codes, right), report.shapley.per_question, atol=1e-12)
 
 
+def test_planted_truth_the_tau0_construction_is_near_zero():
+    """The planted populations, computed exactly: the graded pool's tau is 1, the tau-0 construction's lies well
+    inside the decoupling margin, with every redundant seat stronger alone than every complementary one and the
+    weaker redundant seats worth less in vote than every complementary one."""
+    graded, tau0 = pools16.planted_truth("graded"), pools16.planted_truth("tau0")
+    assert graded["tau"] == 1.0 and abs(tau0["tau"]) < 0.1
+    assert min(tau0["accuracy"][:8]) > max(tau0["accuracy"][8:])
+    assert max(tau0["shapley"][:4]) < min(tau0["shapley"][8:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["graded", "tau0"])
+def test_planted_truth_agrees_with_questions_played_through_vote(shape):
+    """A 4,000-question Monte Carlo through vote's rule gives the exact population within 4 standard errors."""
+    truth = pools16.planted_truth(shape)
+    rng = np.random.default_rng(7)
+    codes = np.concatenate([pools16.planted_codes(shape, 400, rng) for _ in range(10)])
+    right = (codes == 0).astype(float)
+    phi = pools16.vote_shapley(codes, right)
+    se = phi.std(axis=1, ddof=1) / np.sqrt(len(codes))
+    assert np.all(np.abs(phi.mean(axis=1) - truth["shapley"]) < 4 * se + 1e-5)
+    np.testing.assert_allclose(right.mean(axis=0), truth["accuracy"], atol=4 * 0.5 / np.sqrt(len(codes)))
+
+
 @pytest.mark.parametrize("shape", ["graded", "copies", "tau0"])
-def test_planted_shapes_give_their_stated_tau(shape):
-    """On planted truth (400 questions, all 65,535 coalitions through vote's rule): graded couples, copies are
-    exchangeable (their population tau reads only noise), tau0 is near 0."""
-    out = pools16.planted_check(shape, questions=400, draws=20)
+def test_planted_shapes_get_their_stated_verdicts(shape):
+    """The study's verdict on planted tables (200 questions played through vote's rule, 10 draws of 100): graded is
+    coupled, copies and the tau-0 construction are not called coupled more than chance allows."""
+    out = pools16.planted_check(shape, questions=200, draws=10, draw_questions=100)
+    coupled = out["verdicts"].get("coupled", {"rate": 0.0})["rate"]
     if shape == "graded":
-        assert out["population_tau"] > 0.8 and out["verdicts"].get("coupled", {"rate": 0})["rate"] >= 0.8
-    elif shape == "copies":
-        assert np.ptp(out["accuracy"]) < 0.15 and out["verdicts"].get("coupled", {"rate": 0})["rate"] <= 0.2
+        assert coupled >= 0.8
     else:
-        assert abs(out["population_tau"]) < 0.2
-        assert out["verdicts"].get("coupled", {"rate": 0})["rate"] <= 0.2
+        assert coupled <= 0.3
+    if shape == "copies":
+        assert out["true_tau"] is None and np.ptp(out["accuracy"]) < 0.2
 
 
 def test_checks_read_figures_as_stated():

@@ -313,8 +313,8 @@ POOL_SHAPES16: dict[str, tuple[str, str, str]] = {
         "(benchmarks/pools16.py, planted 'tau0'). Before it was played on the evaluation's questions, exact vote "
         "Shapley on 200 other arith test questions (seed 1, none shared) gave tau +0.91: v4's specialists are not "
         "niche solvers (the redundant seats are right on 80% of questions, the specialists' kinds included), so "
-        "this real instance is expected to miss its shape; nine other unions tried there (identical copies of one "
-        "model, sampled seats at temperature 1.5, mixes) gave +0.78 .. +0.99",
+        "this real instance is expected to miss its shape; seventeen other unions tried there (identical copies of "
+        "one model, sampled seats at temperature 1.5, mixes, pool orders) gave +0.78 .. +1.00",
         "the cross-fit tau lies in (-0.3, 0.3) and the verdict is not coupled (expected to fail on v4's models, "
         "see the shape)",
         "graded"),
