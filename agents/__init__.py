@@ -19,6 +19,7 @@ from agents.base import (
     Message,
     Request,
     RequestContext,
+    SampledAgent,
     SamplingParams,
     sample_n,
     stable_hash,
@@ -85,7 +86,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Agent", "Generation", "Message", "Request", "RequestContext", "SamplingParams", "sample_n", "stable_hash",
+    "Agent", "Generation", "Message", "Request", "RequestContext", "SampledAgent", "SamplingParams", "sample_n", "stable_hash",
     "HFAgent", "OpenAIAgent", "VLLMAgent", "LlamaCppAgent", "ScriptedAgent", "Pool", "pool", "from_spec", "register_backend",
     "register_pool", "pool_names", "backend_names", "agent_class",
 ]

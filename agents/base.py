@@ -221,6 +221,47 @@ class Agent(abc.ABC):
         return f"{type(self).__name__}({self.name!r})"
 
 
+class SampledAgent(Agent):
+    """``agent`` decoding every request at its own ``temperature`` and ``top_p``, whatever the caller asked,
+    with the request's seed (the runner derives one per seat, example, sample and phase): a pool seat that
+    samples while the rest of the pool is greedy, e.g. sixteen copies of one model that only chance
+    separates (``agents.pool("zoo16-copies")``).
+
+    Never memoised (``deterministic`` False): the runner's greedy memo keys a greedy request without its
+    seed, but this agent's answer reads it.
+
+    Example:
+        >>> from agents import Request, SamplingParams, ScriptedAgent
+        >>> seen = ScriptedAgent("t", lambda ex, msgs: "ok")
+        >>> hot = SampledAgent(seen, temperature=0.7)
+        >>> hot.name, hot.generate([Request([{"role": "user", "content": "?"}], SamplingParams(seed=3))])[0].text
+        ('t@t0.7', 'ok')
+
+    Raises:
+        ConfigError: ``temperature`` not above 0 (a greedy seat is the agent itself), or ``top_p`` outside (0, 1].
+    """
+
+    deterministic = False
+
+    def __init__(self, agent: Agent, temperature: float, top_p: float = 1.0, *, name: str | None = None):
+        if not isinstance(agent, Agent):
+            raise ConfigTypeError(f"SampledAgent wraps an agents.Agent, got {type(agent).__name__}")
+        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature > 0:
+            raise ConfigError(f"SampledAgent temperature must be a number > 0 (a greedy seat is the agent itself), "
+                              f"got {temperature!r}")
+        SamplingParams(temperature=float(temperature), top_p=top_p)  # the same checks as any request's
+        self.agent, self.temperature, self.top_p = agent, float(temperature), float(top_p)
+        self.name = name or f"{agent.name}@t{self.temperature:g}"
+
+    def _generate(self, requests: list[Request]) -> list[Generation]:
+        return self.agent.generate([replace(r, sampling=replace(r.sampling, temperature=self.temperature,
+                                                                  top_p=self.top_p)) for r in requests])
+
+    @property
+    def fingerprint(self) -> str:
+        return f"sampled(t={self.temperature!r},top_p={self.top_p!r}):{self.agent.fingerprint}"
+
+
 def stable_hash(*parts: Any) -> int:
     """A 63-bit hash of ``parts`` that is the same in every process (unlike ``hash``)."""
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()

@@ -5,7 +5,8 @@ Two generations: ``agents.pool("zoo")``, five arith specialists (below), and the
 procedural tasks (:data:`POOLS`; models in ``agents/zoo/models3/``, built by
 ``python -m tools.zoo.multitask``), plus ``agents.pool("zoo-pretrained")``, the real pretrained
 pool, and the arith zoo v4's five pools of eight, ``agents.pool("zoo4-<shape>")`` (:data:`POOLS`; models in
-``agents/zoo/models4/``, built by ``python -m tools.zoo.v4``). Their model cards are in
+``agents/zoo/models4/``, built by ``python -m tools.zoo.v4``), and four pools of 16 built from v4's
+models, ``agents.pool("zoo16-<shape>")`` (:data:`agents.zoo.specs.POOLS16`, ``docs/pools16.md``). Their model cards are in
 ``docs/zoo.md``. This package reads only :mod:`agents.zoo.specs`;
 the builders import :mod:`crl_envs` and are never imported by it.
 
@@ -53,7 +54,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.pool import register_backend, register_pool
-from agents.zoo.specs import NAMES3, NAMES4, POOL_SHAPES, POOLS3, POOLS4, SPECS, TASK_OPTIONS, TASKS3
+from agents.zoo.specs import NAMES3, NAMES4, POOL_SHAPES, POOLS3, POOLS4, POOLS16, SPECS, TASK_OPTIONS, TASKS3
 from crl_kit.errors import ConfigError
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -121,6 +122,29 @@ def agents_list(pool: str = "zoo") -> list:
     return list(load(POOLS[pool]).values())
 
 
+def agents_list16(pool: str) -> list:
+    """The seats of a pool of 16 (:data:`agents.zoo.specs.POOLS16`) in pool order: each v4 model loaded once,
+    a sampled seat wrapped in :class:`agents.SampledAgent` (its own temperature; its seed is the seat's)."""
+    from agents.base import SampledAgent
+
+    if pool not in POOLS16:
+        raise ConfigError(f"unknown pool of 16 {pool!r}; they are {list(POOLS16)}")
+    seats = POOLS16[pool]
+    models = dict(zip(dict.fromkeys(s.model for s in seats), load(list(dict.fromkeys(s.model for s in seats))).values()))
+    return [models[s.model] if s.temperature == 0 else SampledAgent(models[s.model], s.temperature, name=s.label)
+            for s in seats]
+
+
+def _pool16_class(pool: str):
+    """The class every seat of ``pool`` is, as a plan reads it: :class:`agents.SampledAgent` (never memoised)
+    when any seat samples, else :class:`agents.HFAgent`."""
+    if any(s.temperature > 0 for s in POOLS16[pool]):
+        from agents.base import SampledAgent
+
+        return SampledAgent
+    return _hf_class()
+
+
 def _pretrained_pool() -> list:
     from agents.pretrained import load as load_pretrained
 
@@ -141,8 +165,10 @@ def _hf_class(*_: str):
 register_pool("zoo", agents_list, _hf_class)
 for _pool in (*POOLS3, *POOLS4):
     register_pool(_pool, lambda _pool=_pool: agents_list(_pool), _hf_class)
+for _pool in POOLS16:
+    register_pool(_pool, lambda _pool=_pool: agents_list16(_pool), lambda _pool=_pool: _pool16_class(_pool))
 register_pool("zoo-pretrained", _pretrained_pool, _hf_class)
 register_backend("zoo", _agent_from_spec, _hf_class)
 
 __all__ = ["NAMES", "NAMES3", "NAMES4", "POOLS", "POOL_SHAPES", "TASK", "TASK_OPTIONS", "TASKS3", "MODELS_DIR",
-           "MODELS3_DIR", "MODELS4_DIR", "load", "model_dir", "agents_list"]
+           "MODELS3_DIR", "MODELS4_DIR", "POOLS16", "load", "model_dir", "agents_list", "agents_list16"]

@@ -253,7 +253,75 @@ POOL_SHAPES4: dict[str, tuple[str, str]] = {
         "trained pool; runs of the same length but different seeds differ less than runs of different lengths"),
 }
 
+# ---------------------------------------------------------------------- pools of 16 (zoo16: unions of v4)
+@dataclass(frozen=True)
+class Member16:
+    """One seat of a pool of 16: a shipped v4 model, greedy (``temperature`` 0) or sampled at ``temperature``
+    with the request's own seed (the runner derives it from the seat, so copies of one model draw apart)."""
+
+    model: str
+    temperature: float = 0.0
+
+    @property
+    def label(self) -> str:
+        """The seat's display name: the model's, with ``@t<temperature>`` when it samples."""
+        return self.model if self.temperature == 0 else f"{self.model}@t{self.temperature:g}"
+
+
+#: The temperature of every sampled seat (top-p 1): chosen before any pool of 16 was played.
+SAMPLED_TEMPERATURE = 0.7
+_SAMPLED = SAMPLED_TEMPERATURE
+#: The pools of 16, ``agents.pool("zoo16-<shape>")``: seats in pool order (zoo v4's models, no new training).
+POOLS16: dict[str, tuple[Member16, ...]] = {
+    "zoo16-graded": tuple(Member16(m) for m in (*POOLS4["zoo4-ladder"], *POOLS4["zoo4-rookies"])),
+    "zoo16-copies": tuple(Member16("zoo4-strong", _SAMPLED) for _ in range(16)),
+    "zoo16-specialists": (*(Member16(m) for m in POOLS4["zoo4-specialists"]),
+                          *(Member16(m, _SAMPLED) for m in POOLS4["zoo4-specialists"])),
+    "zoo16-tau0": tuple(Member16(m) for m in (*POOLS4["zoo4-clones"][:7], "zoo4-soloist", *POOLS4["zoo4-specialists"])),
+}
+
+#: Each pool of 16's shape, the effect it is meant to have (the checks ``benchmarks/pools16.py`` runs, quoted),
+#: and the spacing of :data:`crl_envs.stats.PLANTED_POOLS` its power is stated for; written before the pool was
+#: played (``zoo16-tau0``'s construction used other questions: see its entry).
+POOL_SHAPES16: dict[str, tuple[str, str, str]] = {
+    "zoo16-graded": (
+        "a graded pool: zoo4-ladder's eight checkpoints (50 .. 2000 steps) and zoo4-rookies' eight short runs (100 .. "
+        "400 steps, two seeds), every seat greedy",
+        "solo accuracies span at least 0.5 (v4's report: 0.05 .. 0.86); nested competence, so vote value follows "
+        "strength alone: the cross-fit verdict is coupled",
+        "graded"),
+    "zoo16-copies": (
+        "a pool of copies: zoo4-strong sixteen times, every seat sampling at temperature 0.7 (top-p 1) with its "
+        "own seed, so only chance separates the seats",
+        "exchangeable seats: Cochran's Q does not reject one accuracy for all sixteen (p > 0.05), the population "
+        "tau is undefined (every seat the same in distribution), so the cross-fit verdict is not coupled (at most "
+        "alpha of the time)",
+        "close"),
+    "zoo16-specialists": (
+        "complementary specialists: zoo4-specialists' eight models greedy, then the same eight sampled at "
+        "temperature 0.7 (each blind to one arith kind or a pair; every kind blind in six of the sixteen seats)",
+        "errors on different kinds: vote above the best seat alone, at least one seat right on 0.2 more questions "
+        "than the best seat, and a specialist's greedy and sampled seats' errors correlating more than different "
+        "specialists'; no verdict predicted (close spacing: the design has little power there)",
+        "close"),
+    "zoo16-tau0": (
+        "built for a true tau near 0: eight individually strong, mutually redundant seats (zoo4-strong, its six "
+        "near-clones, the soloist: v4 report 0.78 .. 0.85, right on the same questions) and eight individually "
+        "weaker complementary ones (zoo4-specialists, 0.43 .. 0.63, blind to different kinds), every seat greedy; "
+        "in vote the redundant seats split each question's credit many ways and a specialist is credited where "
+        "the others fail. On planted truth with true niche solvers the construction gives tau about 0 "
+        "(benchmarks/pools16.py, planted 'tau0'). Before it was played on the evaluation's questions, exact vote "
+        "Shapley on 200 other arith test questions (seed 1, none shared) gave tau +0.91: v4's specialists are not "
+        "niche solvers (the redundant seats are right on 80% of questions, the specialists' kinds included), so "
+        "this real instance is expected to miss its shape; seventeen other unions tried there (identical copies of "
+        "one model, sampled seats at temperature 1.5, mixes, pool orders) gave +0.78 .. +1.00",
+        "the cross-fit tau lies in (-0.3, 0.3) and the verdict is not coupled (expected to fail on v4's models, "
+        "see the shape)",
+        "graded"),
+}
+
 __all__ = ["TASK_OPTIONS", "QUICK_TASK_OPTIONS", "ModelSpec", "BASE", "SPECS", "QUICK_SPEC", "TASKS3", "Model3Spec",
            "BASE3", "SPECS3", "POOLS3", "POOL_SHAPES", "NAMES3", "BLIND_ORDER", "FROM_SCRATCH_STEPS", "FIRST_PHASE3",
            "SPECIALIST_MORE_STEPS", "Model4Spec", "BASE4", "SPECS4", "NAMES4", "POOLS4", "POOL_SHAPES4",
-           "TASKS4_LEFT_OUT", "SPECIALIST4_STEPS"]
+           "TASKS4_LEFT_OUT", "SPECIALIST4_STEPS", "Member16", "SAMPLED_TEMPERATURE", "POOLS16",
+           "POOL_SHAPES16"]
