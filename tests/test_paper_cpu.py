@@ -106,3 +106,16 @@ def test_the_probe_replays_its_recorded_numbers_on_a_chosen_setting():
                               seed=record["seed"]).values()
     for k in ("zero_variance", "before", "without_learner", "passed"):
         assert probed[k] == record["settings"][label][k], k
+
+
+def test_the_dry_runs_probe_table_names_each_setting_and_its_choice():
+    from crl_envs.study.probe import probe_markdown
+
+    record = _record()
+    lines = probe_markdown(record["settings"])
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| setting")]
+    assert len(rows) == len(record["settings"])
+    chosen = [k for k, e in record["settings"].items() if e["passed"]]
+    assert lines[-1] == f"probe: {len(chosen)} of {len(record['settings'])} settings chosen ({', '.join(chosen)})"
+    assert "| cascade-first-rookie/arith | model_4 | 50% | 0.090 | 0.650 | not comparable: deletion would pass for a " \
+           "gain: the system scores 0.650 without the learner, 0.090 with it |" in rows
