@@ -96,8 +96,8 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
     then what the design can show (:func:`crl_envs.study.tables.design_markdown`: per valuation pool the smallest
     attainable p and the power of the verdict to call coupled at tau 0.5 and decoupled at tau 0; the training
     summary's power for a +2-point C-RL - placebo difference). With
-    ``probe``, per training setting the zero-variance share of a short probe (:func:`crl_envs.study.probe.
-    zero_variance_probe`: seconds on the zoo)."""
+    ``probe``, per training setting the probe's numbers and choice (:func:`crl_envs.study.probe.setting_probe`:
+    seconds per setting on the zoo); and the estimated wall time (:func:`crl_envs.study.walltime.wall_estimate`)."""
     rows = defaultdict(lambda: {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0})
     for c in planned:
         r = rows[c.kind]
@@ -140,14 +140,36 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
             lines.append("crossplay: per cell (each setting once on n_eval questions) " + "; ".join(
                 f"{k}: {c['episodes'] / t.n_eval:.0f} settings, {c['calls']:,.0f} model calls" for k, c in per.items()))
         if probe:
-            from crl_envs.study.probe import zero_variance_probe
+            from crl_envs.study.probe import probe_markdown, setting_probe
 
-            shares = zero_variance_probe(config)
-            lines.append("zero-variance probe (untrained learner, 4 training questions x G, temperature 1): " + "; ".join(
-                f"{k} {v:.0%} of groups" for k, v in shares.items()) + " (near 100%: the learner's turn rarely "
-                "changes the outcome, little signal)")
-    power = design_markdown(design(config), training_design(config))
+            lines += probe_markdown(setting_probe(config))
+    from crl_envs.study.walltime import format_wall, wall_estimate
+
+    lines.append(format_wall(wall_estimate(config, planned)))
+    trained = training_design(config)
+    power = design_markdown(design(config), trained) + _setting_sd_sensitivity(config, trained)
     return "\n".join(lines + ([""] + power if power else []))
+
+
+#: The settings' SDs (fractions) at which the dry run restates the training power: the one planting figure no
+#: run has measured (paper-small has one comparable setting).
+SENSITIVITY_SETTING_SDS = (0.0, 0.01, 0.02)
+
+
+def _setting_sd_sensitivity(config: StudyConfig, trained: dict[str, Any] | None) -> list[str]:
+    """The training power restated at each of :data:`SENSITIVITY_SETTING_SDS` (the same design otherwise)."""
+    from crl_envs.study.stats import training_power
+
+    if trained is None or trained["settings"] < 2:
+        return []
+    t = config.training
+    powers = [training_power(trained["settings"], trained["seeds"], trained["questions"],
+                             [b for b in t.trainers if b != "crl"], difference=trained["difference"],
+                             against=trained["against"], alpha=t.alpha, setting_sd=sd)
+              for sd in SENSITIVITY_SETTING_SDS]
+    return ["Training power if the settings' true differences spread with SD " + " / ".join(
+        f"{100 * sd:g}" for sd in SENSITIVITY_SETTING_SDS) + " points: " + " / ".join(
+        f"{p['value']:.2f}" for p in powers) + f" (± at most {max(p['se'] for p in powers):.3f})."]
 
 
 def run(config: StudyConfig | str | os.PathLike | Mapping[str, Any], *, out: str | os.PathLike | None = None,

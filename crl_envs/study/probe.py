@@ -1,36 +1,136 @@
-"""The dry run's probe (``crl-envs study CONFIG --dry-run --probe``): before anything trains, how often
-the learner's turn can change a training setting's outcome. It plays the training pool, so it sits above
-the plan and the runner (the gates below them only read results)."""
+"""The dry run's probe (``crl-envs study CONFIG --dry-run --probe``): before anything trains, whether each
+training setting can be compared at all. It plays the training pool, so it sits above the plan and the runner
+(the gates below them only read results).
+
+- :func:`zero_variance_probe` — how often the learner's turn can change a setting's outcome (the share of
+  groups of G samples whose system scores are all equal: no signal for an outcome reward);
+- :func:`setting_probe` — that share, and the system's greedy score with the untrained learner (``before``)
+  and without it (``without_learner``) on training questions: where the system scores more without the
+  learner, switching the learner off is a "gain", which the ``not_deletion`` gate then refuses
+  (paper-small's cascade-first: 0.545 without the learner, 0.170 with it);
+- :func:`probe_verdict` — the rule the probe chooses settings by, from those numbers alone (a test replays it
+  on recorded numbers).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from crl_envs.study.gates import NO_SIGNAL_SHARE
+
+#: Training questions the probe's greedy before/without-learner scores are read on (train split, never eval).
+PROBE_SCORE_QUESTIONS = 100
 
 
 def zero_variance_probe(config: Any, questions: int = 4, seed: int = 0) -> dict[str, float]:
     """Per training setting (``setup/task``), the share of groups whose system scores are all equal when the
     untrained learner samples G rollouts (temperature 1, partners greedy) on ``questions`` training questions:
     before anything trains, how often the learner's turn can change the outcome (1.0: never, no signal)."""
-    from agents import SamplingParams
+    return {label: _zero_variance(config, setting, questions, seed) for label, setting in _settings(config)}
+
+
+def setting_probe(config: Any, questions: int = 8, score_questions: int = PROBE_SCORE_QUESTIONS,
+                  seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Per training setting (``setup/task``): ``zero_variance`` (:func:`zero_variance_probe`, on ``questions``),
+    ``before`` and ``without_learner`` (the system's mean greedy score with the untrained learner and without it,
+    on ``score_questions`` training questions), ``learner`` and the verdict of :func:`probe_verdict`
+    (``passed``, ``reason``)."""
+    from trainers.controls import without_learner
+
+    out = {}
+    for label, (pool, learner, setup, task, qs, tokens) in _settings(config, score_questions):
+        options = _options(setup, learner)
+        entry = {"learner": learner, "protocol": setup.protocol, "options": options,
+                 "zero_variance": _zero_variance(config, (pool, learner, setup, task, None, tokens), questions, seed),
+                 "before": float(_greedy_scores(setup.protocol, pool, qs, learner, options, tokens, seed).mean()),
+                 "without_learner": float(without_learner(setup.protocol, pool, qs, [learner], max_new_tokens=tokens,
+                                                          protocol_options=options, seed=seed).mean()),
+                 "score_questions": len(qs), "questions": questions}
+        out[label] = {**entry, **probe_verdict(entry)}
+    return out
+
+
+def probe_verdict(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether a setting can be compared, from its probe numbers alone: some signal (``zero_variance`` below
+    :data:`crl_envs.study.gates.NO_SIGNAL_SHARE`) and a seat whose deletion cannot pass for a gain (the system
+    without the learner scores no more than with it, ``without_learner <= before``). Returns ``{"passed",
+    "reason"}`` (``reason`` ``None`` when it passes)."""
+    reasons = []
+    if entry["zero_variance"] >= NO_SIGNAL_SHARE:
+        reasons.append(f"no signal: {entry['zero_variance']:.0%} of groups have equal scores (>= "
+                       f"{NO_SIGNAL_SHARE:.0%})")
+    if entry["without_learner"] > entry["before"] + 1e-12:
+        reasons.append(f"deletion would pass for a gain: the system scores {entry['without_learner']:.3f} without "
+                       f"the learner, {entry['before']:.3f} with it")
+    return {"passed": not reasons, "reason": "; ".join(reasons) or None}
+
+
+def _settings(config: Any, score_questions: int | None = None):
+    """``(label, (pool, learner, setup, task label, training questions or None, max_new_tokens))`` per setting."""
     from crl_envs.study.cells.build import build_pool, build_task
-    from crl_envs.study.cells.setting import substitute
-    from trainers.rollout import rollout_episodes
 
     t = config.training
     pool = build_pool(config.pools[t.pool].describe())
-    out = {}
     for label, setup in t.setups.items():
         learner = setup.learners[0] if setup.learners else t.learner
         for task in t.tasks:
-            tokens = config.sampling_for(task)["max_new_tokens"]
-            qs = build_task(config.tasks[task].describe(), split=t.train_split, n=questions)
-            episodes = rollout_episodes(setup.protocol, pool, qs, learner, pool[learner], coalition=None,
-                                        options=substitute(setup.options, learner), examples=[ex.id for ex in qs],
-                                        samples=t.num_generations, seed=seed,
-                                        learner_sampling=SamplingParams(temperature=1.0, max_new_tokens=tokens),
-                                        partner_sampling=SamplingParams(temperature=0.0, max_new_tokens=tokens))
-            scores = np.array([ep.score for ep in episodes], dtype=float).reshape(len(qs), t.num_generations)
-            out[f"{label}/{task}"] = float((scores.std(axis=1) == 0).mean())
-    return out
+            qs = None if score_questions is None else build_task(config.tasks[task].describe(), split=t.train_split,
+                                                                 n=score_questions)
+            yield f"{label}/{task}", (pool, learner, setup, task, qs, config.sampling_for(task)["max_new_tokens"])
+
+
+def _options(setup: Any, learner: str) -> dict[str, Any]:
+    from crl_envs.study.cells.setting import substitute
+
+    return substitute(setup.options, learner)
+
+
+def _zero_variance(config: Any, setting: tuple, questions: int, seed: int) -> float:
+    from agents import SamplingParams
+    from crl_envs.study.cells.build import build_task
+    from trainers.rollout import rollout_episodes
+
+    t = config.training
+    pool, learner, setup, task, _, tokens = setting
+    qs = build_task(config.tasks[task].describe(), split=t.train_split, n=questions)
+    episodes = rollout_episodes(setup.protocol, pool, qs, learner, pool[learner], coalition=None,
+                                options=_options(setup, learner), examples=[ex.id for ex in qs],
+                                samples=t.num_generations, seed=seed,
+                                learner_sampling=SamplingParams(temperature=1.0, max_new_tokens=tokens),
+                                partner_sampling=SamplingParams(temperature=0.0, max_new_tokens=tokens))
+    scores = np.array([ep.score for ep in episodes], dtype=float).reshape(len(qs), t.num_generations)
+    return float((scores.std(axis=1) == 0).mean())
+
+
+def _greedy_scores(protocol: str, pool: Any, task: Any, learner: str, options: Mapping[str, Any], tokens: int,
+                   seed: int) -> np.ndarray:
+    """Per question, the greedy system score with every member (the learner untrained) playing."""
+    from agents import SamplingParams
+    from trainers.rollout import rollout_episodes
+
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=tokens)
+    episodes = rollout_episodes(protocol, pool, task, learner, pool[learner], coalition=None, options=dict(options),
+                                examples=[ex.id for ex in task], samples=1, seed=seed,
+                                learner_sampling=greedy, partner_sampling=greedy)
+    return np.array([ep.score for ep in episodes], dtype=float)
+
+
+def probe_markdown(probed: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The dry run's probe table: per setting its learner, numbers and the probe's choice."""
+    if not probed:
+        return []
+    first = next(iter(probed.values()))
+    lines = ["", f"probe (untrained learner; zero-variance share of {first['questions']} training questions x G at "
+                 f"temperature 1; greedy system score with and without the learner on {first['score_questions']} "
+                 f"training questions):", "| setting | learner | zero-variance groups | before | without learner | "
+                 "probe |", "|---|---|---|---|---|---|"]
+    for label, e in probed.items():
+        verdict = "chosen" if e["passed"] else f"not comparable: {e['reason']}"
+        lines.append(f"| {label} | {e['learner']} | {e['zero_variance']:.0%} | {e['before']:.3f} | "
+                     f"{e['without_learner']:.3f} | {verdict} |")
+    chosen = [label for label, e in probed.items() if e["passed"]]
+    lines.append(f"probe: {len(chosen)} of {len(probed)} settings chosen" + (f" ({', '.join(chosen)})" if chosen else ""))
+    return lines

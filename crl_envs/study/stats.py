@@ -645,17 +645,19 @@ TRAINING_POWER_SIMS = 1000
 
 def training_power(settings: int, seeds: int, questions: int, baselines: Sequence[str], *, difference: float = 0.02,
                    against: str = "placebo", alpha: float = 0.05, sims: int = TRAINING_POWER_SIMS,
-                   seed: int = 0) -> dict[str, Any]:
+                   seed: int = 0, setting_sd: float | None = None) -> dict[str, Any]:
     """The power of the training summary to call C-RL significantly better than ``against`` across ``settings``
     comparable settings when the true difference is ``difference``: planted setting means
     (:data:`TRAINING_PLANTING`: a setting's true difference, its questions' sampling error shared by its seeds,
     the mean of ``seeds`` seeds' noise; the other ``baselines`` at no difference from C-RL) through
-    :func:`across_settings_test` and :func:`crl_envs.stats.holm`, as the summary runs them. Returns ``{"value",
+    :func:`across_settings_test` and :func:`crl_envs.stats.holm`, as the summary runs them; ``setting_sd`` replaces
+    the planted settings' SD (the figure least known before a run: the dry run states the power at 0, 1 and 2
+    points). Returns ``{"value",
     "se", "sims", "undefined", ...}`` (``se``: Monte Carlo, ``sqrt(p (1 - p) / sims)``).
 
     Raises:
         ValueError: ``settings``, ``seeds``, ``questions`` or ``sims`` below 1, ``against`` not in ``baselines``,
-            or ``alpha`` outside (0, 1).
+            ``alpha`` outside (0, 1), or ``setting_sd`` negative.
     """
     for name, v in (("settings", settings), ("seeds", seeds), ("questions", questions), ("sims", sims)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -665,7 +667,10 @@ def training_power(settings: int, seeds: int, questions: int, baselines: Sequenc
                           f"training.trainers")
     if not 0 < alpha < 1:
         raise ConfigError(f"training_power needs alpha in (0, 1), got {alpha!r}")
-    plant = TRAINING_PLANTING
+    if setting_sd is not None and (isinstance(setting_sd, bool) or not isinstance(setting_sd, (int, float))
+                                   or not 0 <= setting_sd < 1):
+        raise ConfigError(f"training_power needs setting_sd in [0, 1) (a fraction: 0.01 is 1 point), got {setting_sd!r}")
+    plant = TRAINING_PLANTING if setting_sd is None else {**TRAINING_PLANTING, "setting_sd": float(setting_sd)}
     sd = math.sqrt(plant["setting_sd"] ** 2 + plant["disagreeing_share"] / questions + plant["seed_sd"] ** 2 / seeds)
     out = {"difference": difference, "against": against, "settings": settings, "seeds": seeds, "questions": questions,
            "baselines": len(baselines), "setting_mean_sd": sd, "planting": dict(plant)}

@@ -1,0 +1,121 @@
+"""studies/paper-cpu.toml (#55): it loads, its dry run states the training power and the wall time, and its
+settings are exactly the candidates the probe chose (replayed on the recorded probe numbers,
+docs/paper-cpu-probe.json; the slow test re-plays the probe on one setting)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from crl_envs import study
+from crl_envs.study import load_config
+from crl_envs.study.plan import estimate
+from crl_envs.study.probe import probe_verdict, setting_probe
+from crl_envs.study.stats import TRAINING_PLANTING, training_power
+from crl_envs.study.walltime import SECONDS_PER_CALL, wall_estimate
+from crl_kit.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESET = ROOT / "studies" / "paper-cpu.toml"
+CANDIDATES = ROOT / "studies" / "paper-cpu-candidates.toml"
+RECORD = ROOT / "docs" / "paper-cpu-probe.json"
+
+
+def _record() -> dict:
+    return json.loads(RECORD.read_text())
+
+
+def test_the_preset_lists_exactly_the_candidates_the_recorded_probe_chose():
+    record = _record()
+    candidates, preset = load_config(CANDIDATES).training, load_config(PRESET).training
+    assert set(record["settings"]) == {f"{k}/{t}" for k in candidates.setups for t in candidates.tasks}
+    chosen = {label.split("/")[0] for label, e in record["settings"].items() if probe_verdict(e)["passed"]}
+    assert chosen == set(preset.setups)
+    for label, e in record["settings"].items():
+        assert probe_verdict(e)["passed"] == e["passed"]  # the recorded choice is the rule's
+        setup = candidates.setups[label.split("/")[0]]
+        assert (setup.learners[0], setup.protocol) == (e["learner"], e["protocol"])
+    for label in chosen:  # the preset trains each chosen setting as probed: same protocol, learner and options
+        a, b = candidates.setups[label], preset.setups[label]
+        assert (a.protocol, a.options, a.learners) == (b.protocol, b.options, b.learners)
+    assert preset.tasks == candidates.tasks and "placebo" in preset.trainers and len(preset.seeds) >= 3
+
+
+def test_the_probe_refuses_no_signal_and_a_seat_whose_deletion_scores_more():
+    ok = probe_verdict({"zero_variance": 0.5, "before": 0.7, "without_learner": 0.66})
+    assert ok == {"passed": True, "reason": None}
+    silent = probe_verdict({"zero_variance": 0.9, "before": 0.7, "without_learner": 0.66})
+    assert not silent["passed"] and "no signal: 90%" in silent["reason"]
+    deleted = probe_verdict({"zero_variance": 0.25, "before": 0.17, "without_learner": 0.545})
+    assert not deleted["passed"] and "0.545 without the learner, 0.170 with it" in deleted["reason"]
+
+
+def test_the_dry_run_states_the_training_power_and_the_wall_time():
+    config = load_config(PRESET)
+    text = study.describe_plan(config, study.plan(config))
+    t = config.training
+    power = training_power(len(t.setups) * len(t.tasks), len(t.seeds), t.n_eval,
+                           [b for b in t.trainers if b != "crl"], difference=0.02, alpha=t.alpha)
+    stated = re.search(r"Training: power (\d\.\d\d) ± [\d.]+ to call C-RL better than placebo across (\d+) setting",
+                       text)
+    assert stated and float(stated[1]) == round(power["value"], 2) and int(stated[2]) == len(t.setups)
+    wall = re.search(r"estimated wall time: ([\d,]+) minutes", text)
+    assert wall and int(wall[1].replace(",", "")) == round(wall_estimate(config, study.plan(config))["seconds"] / 60)
+    assert "Training power if the settings' true differences spread with SD 0 / 1 / 2 points:" in text
+
+
+def test_the_setting_sd_replaces_only_the_planted_spread():
+    at = {sd: training_power(6, 3, 400, ["grpo", "placebo"], setting_sd=sd, sims=200) for sd in (0.0, 0.02)}
+    p = TRAINING_PLANTING
+    assert at[0.0]["setting_mean_sd"] == pytest.approx(math.sqrt(p["disagreeing_share"] / 400 + p["seed_sd"] ** 2 / 3))
+    assert at[0.0]["value"] > at[0.02]["value"]  # a wider spread of true differences, less power
+    with pytest.raises(ConfigError, match="setting_sd in \\[0, 1\\)"):
+        training_power(6, 3, 400, ["placebo"], setting_sd=-0.01)
+
+
+def test_the_wall_rates_are_paper_smalls_recorded_seconds_per_planned_call():
+    config = load_config(ROOT / "studies" / "paper-small.toml")
+    planned = estimate(config, [c for c in study.cells(config) if c.kind != "valuation"])
+    recorded = json.loads((ROOT / "docs" / "study.json").read_text())["cells"]
+    seconds, calls = collections.Counter(), collections.Counter()
+    for c in planned:
+        key = (c.kind, c.spec["trainer"]) if c.kind == "training" else (c.kind, None)
+        seconds[key] += recorded[c.id]["seconds"]
+        calls[key] += c.cost["calls"]
+    for (kind, trainer), s in seconds.items():
+        rate = SECONDS_PER_CALL[kind] if trainer is None else SECONDS_PER_CALL[kind][trainer]
+        assert rate == pytest.approx(s / calls[(kind, trainer)], rel=0.01), (kind, trainer)
+
+
+@pytest.mark.slow
+def test_the_probe_replays_its_recorded_numbers_on_a_chosen_setting():
+    import dataclasses
+
+    record = _record()
+    config = load_config(CANDIDATES)
+    label = next(k for k, e in record["settings"].items() if e["passed"])
+    setup = label.split("/")[0]
+    one = dataclasses.replace(config, training=dataclasses.replace(config.training,
+                                                                   setups={setup: config.training.setups[setup]}))
+    (probed,) = setting_probe(one, questions=record["questions"], score_questions=record["score_questions"],
+                              seed=record["seed"]).values()
+    for k in ("zero_variance", "before", "without_learner", "passed"):
+        assert probed[k] == record["settings"][label][k], k
+
+
+def test_the_dry_runs_probe_table_names_each_setting_and_its_choice():
+    from crl_envs.study.probe import probe_markdown
+
+    record = _record()
+    lines = probe_markdown(record["settings"])
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| setting")]
+    assert len(rows) == len(record["settings"])
+    chosen = [k for k, e in record["settings"].items() if e["passed"]]
+    assert lines[-1] == f"probe: {len(chosen)} of {len(record['settings'])} settings chosen ({', '.join(chosen)})"
+    assert "| cascade-first-rookie/arith | model_4 | 50% | 0.090 | 0.650 | not comparable: deletion would pass for a " \
+           "gain: the system scores 0.650 without the learner, 0.090 with it |" in rows
