@@ -84,7 +84,7 @@ def test_the_wall_rates_are_paper_smalls_recorded_seconds_per_planned_call():
     recorded = json.loads((ROOT / "docs" / "study.json").read_text())["cells"]
     seconds, calls = collections.Counter(), collections.Counter()
     for c in planned:
-        key = (c.kind, c.spec["trainer"]) if c.kind == "training" else (c.kind, None)
+        key = (c.kind, c.spec.trainer) if c.kind == "training" else (c.kind, None)
         seconds[key] += recorded[c.id]["seconds"]
         calls[key] += c.cost["calls"]
     for (kind, trainer), s in seconds.items():
