@@ -237,6 +237,20 @@ def test_dry_run_counts_a_request_once_across_cells_sharing_the_memo(tmp_path):
     assert not (tmp_path / "local").exists()
 
 
+def test_every_request_bound_counts_votes_models_alone_once(tmp_path):
+    """``distinct=False`` (the dry run's upper bound without stand-ins) counts every request of a cell: for
+    vote, whose one-member coalitions are the models alone, each model once per question, not twice (it
+    counted 2n for n models); debate still adds the models alone to its own coalitions."""
+    from crl_envs.study.plan import estimate
+
+    config = load_config(scripted_config(tmp_path / "out", protocols={"vote": {}, "debate": {"options": {"rounds": 2}}}))
+    bound = {c.id: c.cost for c in estimate(config, study.cells(config), distinct=False)}
+    vote, debate = bound["valuation/four/vote/arith/seed0"], bound["valuation/four/debate/arith/seed0"]
+    assert (vote["runs"], vote["calls"]) == (4, 60 * 4)
+    assert debate["runs"] == 15 + 4
+    assert debate["calls"] == 60 * (sum(2 * bin(m).count("1") for m in range(1, 16)) + 4)
+
+
 def test_training_statistics_recomputed_independently():
     """Δ per trainer and seed, the learner's own accuracy, wins/ties/losses of C-RL against each baseline
     (ties stay ties) and the mean gains, recomputed here (tests/test_study_training_verdicts.py checks

@@ -130,7 +130,10 @@ class ValuationCell(Cell):
         n, questions = len(names), s.task["n"] or 100
         runs = episodes = calls = 0.0
         played = [(s.protocol["protocol"], s.protocol["options"], k, c) for k, c in per_size.items()]
-        for proto, opts, k, count in [*played, ("vote", {}, 1, float(n))]:  # then the models alone
+        # then the models alone (one-member vote), less those the protocol's one-member coalitions already are
+        plain_vote = s.protocol["protocol"] == "vote" and not s.protocol["options"]
+        alone = float(n) - (per_size.get(1, 0.0) if plain_vote else 0.0)
+        for proto, opts, k, count in [*played, ("vote", {}, 1, alone)]:
             memo = (proto, digest(opts), n, k)
             if memo not in calls_memo:
                 calls_memo[memo] = calls_per_episode(proto, opts, names, list(range(k)))
