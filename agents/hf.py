@@ -86,6 +86,137 @@ def left_pad(
     return input_ids, attention, (attention.cumsum(-1) - 1).clamp(min=0)
 
 
+def answer_limits(params: Sequence[SamplingParams], prompt_lengths: Sequence[int], context_length: int | None
+                  ) -> list[int]:
+    """Each row's most answer tokens: its ``max_new_tokens``, or fewer where the context ends first (the answer
+    then stops with ``"length"``)."""
+    room = context_length or 2**62
+    return [min(p.max_new_tokens, room - length) for p, length in zip(params, prompt_lengths)]
+
+
+class CachedRows:
+    """One model's side of a batched decode: its left-padded prompts, then one token a row a step through its KV
+    cache, with the attention mask and positions that go with it. :func:`decode_batch` steps one
+    (:class:`HFAgent`) or several in lockstep (the members of :class:`agents.logit.LogitEnsemble`).
+
+    Args:
+        agent: the model.
+        prompts: one row's prompt ids each.
+    """
+
+    def __init__(self, agent: HFAgent, prompts: Sequence[Sequence[int]]):
+        self.agent, self.device = agent, agent.device
+        self.input_ids, self.attention, self.positions = left_pad(prompts, agent.tokenizer.pad_token_id, agent.device)
+        self.width = self.input_ids.shape[1]
+        self.past: Any = None
+        self._extra: dict[str, Any] = {"logits_to_keep": 1} if agent._keeps_logits else {}
+
+    def grow_to(self, capacity: int) -> None:
+        """Decode into :func:`agents.kv_cache.growing_cache` (written in place) of ``capacity`` positions, where
+        the model's architecture has one (else transformers' dynamic cache, as without this call)."""
+        from agents.kv_cache import growing_cache
+
+        cache = growing_cache(self.agent.model, capacity=capacity)
+        if cache is not None:
+            self._extra[self.agent._cache_arg] = cache
+
+    def prefill(self, threads: int | None = None) -> torch.Tensor:
+        """The forward over the prompts (on ``threads`` torch threads; None: as set): each row's next-token logits."""
+        with cpu_threads(threads):
+            out = self.agent.model(input_ids=self.input_ids, attention_mask=self.attention,
+                                   position_ids=self.positions, use_cache=True, **self._extra)
+        self.input_ids = None
+        self.past = _cache_of(out)
+        return out.logits[:, -1, :].float()
+
+    def step(self, chosen: torch.Tensor, room: int) -> torch.Tensor:
+        """Feed each row its ``chosen`` token: the next-token logits. Positions stay inside the context (``room``):
+        finished rows that could not be dropped are fed a position there (their outputs are ignored)."""
+        self.attention = torch.cat([self.attention, self.attention.new_ones((len(chosen), 1))], dim=1)
+        self.positions = (self.positions[:, -1:] + 1).clamp(max=room - 1)
+        out = self.agent.model(input_ids=chosen[:, None].to(self.device), attention_mask=self.attention,
+                               position_ids=self.positions, use_cache=True, **{self.agent._cache_arg: self.past})
+        self.past = _cache_of(out)
+        return out.logits[:, -1, :].float()
+
+    def select_rows(self, index: torch.Tensor) -> bool:
+        """Keep only the rows ``index``; False (nothing changed) when the cache type does not allow it."""
+        pruned = _select_rows(self.past, index)
+        if pruned is None:
+            return False
+        self.past, self.attention, self.positions = pruned, self.attention[index], self.positions[index]
+        return True
+
+
+def decode_batch(agent: Any, rows: Any, logits: torch.Tensor, params: Sequence[SamplingParams], limits: Sequence[int]
+                 ) -> list[tuple[list[int], list[float], str]]:
+    """The token loop of one batch, shared by :class:`HFAgent` and :class:`agents.logit.LogitEnsemble`: from the
+    first next-token ``logits`` (after the prompts), draw one token a row (:func:`~agents.sampling.sample_next`,
+    the row's own seeded generator), stop a row at an eos id, a stop string or its limit, and feed the tokens
+    back through ``rows`` (a :class:`CachedRows`, or anything with its ``step``, ``select_rows``, ``positions``
+    and ``device``). Finished rows are dropped from ``rows`` once they are a quarter of them, and always before
+    one would step past the context, where ``rows`` allows it.
+
+    ``agent`` gives the ``tokenizer`` (its default stops), ``eos_ids``, ``decode_text`` and ``context_length``.
+    Returns ``(tokens, log-probs, finish reason)`` per row, cut where a stop string begins
+    (:func:`~agents.base.cut_at_stop`).
+    """
+    batch, device = len(params), rows.device
+    temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
+    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
+    generators = [
+        torch.Generator().manual_seed(int(p.seed or 0) % (2**63)) if p.temperature > 0 else None for p in params
+    ]
+    room = agent.context_length or 2**62  # answers stop ("length") where the context ends
+    fallback_stop = default_stop(agent.tokenizer)
+    stops = [tuple(dict.fromkeys(p.stop + fallback_stop)) for p in params]
+    longest_stop = [max((len(s) for s in st), default=0) for st in stops]
+    searched = [0] * batch  # how much of each row's text is known to hold no stop string
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    logprobs: list[list[float]] = [[] for _ in range(batch)]
+    reasons = ["length"] * batch
+    live = list(range(batch))  # the request row of each cache row
+    finished = [False] * batch
+    while True:
+        chosen, chosen_lp = sample_next(logits, temperature, top_p, [generators[r] for r in live])
+        for j, (tok, lp) in enumerate(zip(chosen.tolist(), chosen_lp.tolist())):
+            r = live[j]
+            if finished[r]:
+                continue
+            if tok in agent.eos_ids:
+                finished[r], reasons[r] = True, "stop"
+                continue
+            tokens[r].append(tok)
+            logprobs[r].append(lp)
+            if stops[r]:
+                text = agent.decode_text(tokens[r])
+                if find_stop(text, stops[r], max(0, searched[r] - longest_stop[r] - 8)) >= 0:
+                    finished[r], reasons[r] = True, "stop"
+                    continue
+                searched[r] = len(text)
+            if len(tokens[r]) >= limits[r]:
+                finished[r] = True
+        keep = [j for j, r in enumerate(live) if not finished[r]]
+        if not keep:
+            break
+        # Drop finished rows once they are a quarter of the cache, and always before a finished
+        # row would step past the model's context (its positions keep growing while it stays).
+        done = torch.tensor([finished[r] for r in live], device=device)
+        at_context_end = bool((done & (rows.positions[:, -1] + 1 >= room)).any())
+        if at_context_end or 4 * (len(live) - len(keep)) >= len(live):
+            index = torch.tensor(keep, device=device)
+            if rows.select_rows(index):
+                temperature, top_p, chosen = temperature[index], top_p[index], chosen[index]
+                live = [live[j] for j in keep]
+        logits = rows.step(chosen, room)
+    for r in range(batch):
+        if reasons[r] == "stop" and stops[r]:
+            cut = cut_at_stop(agent.decode_text, tokens[r], stops[r])
+            if cut is not None:
+                tokens[r], logprobs[r] = tokens[r][: cut[0]], logprobs[r][: cut[0]]
+    return [(tokens[r], logprobs[r], reasons[r]) for r in range(batch)]
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     """True for CUDA/accelerator OOMs and for CPU allocation failures (``DefaultCPUAllocator``)."""
     if isinstance(error, torch.OutOfMemoryError):
@@ -324,94 +455,15 @@ class HFAgent(TokenizerPrompts, Agent):
     def _decode(
         self, prompts: list[list[int]], params: list[SamplingParams], prefill_threads: int | None = None
     ) -> list[tuple[list[int], list[float], str]]:
-        """Decode one batch: a forward over the left-padded prompts, then one token per step through
-        the KV cache. Finished rows are dropped from the cache (and every per-row tensor) as they
-        accumulate, so a batch costs what its live rows cost."""
-        batch = len(prompts)
-        input_ids, attention, positions = left_pad(prompts, self.tokenizer.pad_token_id, self.device)
-        width = input_ids.shape[1]
-        temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=self.device)
-        top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=self.device)
-        generators = [
-            torch.Generator().manual_seed(int(p.seed or 0) % (2**63)) if p.temperature > 0 else None for p in params
-        ]
-        room = self.context_length or 2**62  # answers stop ("length") where the context ends
-        limits = [min(p.max_new_tokens, room - len(prompt)) for p, prompt in zip(params, prompts)]
-        fallback_stop = default_stop(self.tokenizer)
-        stops = [tuple(dict.fromkeys(p.stop + fallback_stop)) for p in params]
-        longest_stop = [max((len(s) for s in st), default=0) for st in stops]
-        searched = [0] * batch  # how much of each row's text is known to hold no stop string
-        tokens: list[list[int]] = [[] for _ in range(batch)]
-        logprobs: list[list[float]] = [[] for _ in range(batch)]
-        reasons = ["length"] * batch
-        live = list(range(batch))  # the request row of each cache row
-        finished = [False] * batch
-
-        extra = {"logits_to_keep": 1} if self._keeps_logits else {}
+        """Decode one batch (:func:`decode_batch`): a forward over the left-padded prompts (on
+        ``prefill_threads`` when the batch is large), then one token per step through the KV cache, written in
+        place when :attr:`growing_cache` is set."""
+        limits = answer_limits(params, [len(p) for p in prompts], self.context_length)
+        rows = CachedRows(self, prompts)
         if self.growing_cache:  # written in place, not re-concatenated every step (agents.kv_cache)
-            from agents.kv_cache import growing_cache
-
-            cache = growing_cache(self.model, capacity=width + max(limits))
-            if cache is not None:
-                extra[self._cache_arg] = cache
-        with cpu_threads(prefill_threads if batch * width >= PARALLEL_PREFILL_TOKENS else None):
-            out = self.model(
-                input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, **extra
-            )
-        past = _cache_of(out)
-        logits = out.logits[:, -1, :].float()
-        while True:
-            chosen, chosen_lp = sample_next(logits, temperature, top_p, [generators[r] for r in live])
-            for j, (tok, lp) in enumerate(zip(chosen.tolist(), chosen_lp.tolist())):
-                r = live[j]
-                if finished[r]:
-                    continue
-                if tok in self.eos_ids:
-                    finished[r], reasons[r] = True, "stop"
-                    continue
-                tokens[r].append(tok)
-                logprobs[r].append(lp)
-                if stops[r]:
-                    text = self.decode_text(tokens[r])
-                    if find_stop(text, stops[r], max(0, searched[r] - longest_stop[r] - 8)) >= 0:
-                        finished[r], reasons[r] = True, "stop"
-                        continue
-                    searched[r] = len(text)
-                if len(tokens[r]) >= limits[r]:
-                    finished[r] = True
-            keep = [j for j, r in enumerate(live) if not finished[r]]
-            if not keep:
-                break
-            # Drop finished rows once they are a quarter of the cache, and always before a finished
-            # row would step past the model's context (its positions keep growing while it stays).
-            done = torch.tensor([finished[r] for r in live], device=self.device)
-            at_context_end = bool((done & (positions[:, -1] + 1 >= room)).any())
-            if at_context_end or 4 * (len(live) - len(keep)) >= len(live):
-                index = torch.tensor(keep, device=self.device)
-                pruned = _select_rows(past, index)
-                if pruned is not None:
-                    past = pruned
-                    attention, positions = attention[index], positions[index]
-                    temperature, top_p, chosen = temperature[index], top_p[index], chosen[index]
-                    live = [live[j] for j in keep]
-            attention = torch.cat([attention, attention.new_ones((len(live), 1))], dim=1)
-            # finished rows that could not be dropped are fed a position inside the context (ignored)
-            positions = (positions[:, -1:] + 1).clamp(max=room - 1)
-            out = self.model(
-                input_ids=chosen[:, None].to(self.device),
-                attention_mask=attention,
-                position_ids=positions,
-                use_cache=True,
-                **{self._cache_arg: past},
-            )
-            past = _cache_of(out)
-            logits = out.logits[:, -1, :].float()
-        for r in range(batch):
-            if reasons[r] == "stop" and stops[r]:
-                cut = cut_at_stop(self.decode_text, tokens[r], stops[r])
-                if cut is not None:
-                    tokens[r], logprobs[r] = tokens[r][: cut[0]], logprobs[r][: cut[0]]
-        return [(tokens[r], logprobs[r], reasons[r]) for r in range(batch)]
+            rows.grow_to(rows.width + max(limits))
+        threads = prefill_threads if len(prompts) * rows.width >= PARALLEL_PREFILL_TOKENS else None
+        return decode_batch(self, rows, rows.prefill(threads), params, limits)
 
     # ------------------------------------------------------------------ identity
     def _eos_ids(self) -> set[int]:

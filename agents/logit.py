@@ -34,14 +34,13 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
-from agents.base import Agent, Generation, Request, SamplingParams, cut_at_stop, default_stop, find_stop
-from agents.hf import HFAgent, _cache_of, left_pad
-from agents.sampling import cpu_threads, sample_next
+from agents.base import Agent, Generation, Request, SamplingParams
+from agents.hf import CachedRows, HFAgent, answer_limits, decode_batch
+from agents.sampling import cpu_threads
 from crl_kit.errors import ConfigError
 
 RULES = ("mean", "contrast")
@@ -190,48 +189,12 @@ class LogitEnsemble(Agent):
     def decode(self, prompts: list[list[list[int]]], params: list[SamplingParams]
                ) -> list[tuple[list[int], list[float], str]]:
         """Decode one batch: ``prompts[row][member]`` are the prompt ids. Every member prefills its own
-        left-padded prompts, then each step fuses the members' last logits, draws one token per row
-        (:func:`~agents.sampling.sample_next`, the row's own seeded generator) and feeds it to every member
-        through its KV cache. Returns ``(tokens, log-probs under the fused distribution, finish reason)``."""
-        batch = len(prompts)
-        device = self.members[0].device
-        temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
-        top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
-        generators = [torch.Generator().manual_seed(int(p.seed or 0) % (2**63)) if p.temperature > 0 else None
-                      for p in params]
-        room = self.context_length or 2**62
-        limits = [min(p.max_new_tokens, room - max(len(x) for x in prompt)) for p, prompt in zip(params, prompts)]
-        fallback = default_stop(self.tokenizer)
-        stops = [tuple(dict.fromkeys(p.stop + fallback)) for p in params]
-        states = [_MemberState(m, [row[j] for row in prompts], device) for j, m in enumerate(self.members)]
-        tokens: list[list[int]] = [[] for _ in range(batch)]
-        logprobs: list[list[float]] = [[] for _ in range(batch)]
-        reasons = ["length"] * batch
-        finished = [False] * batch
-        logits = torch.stack([s.prefill() for s in states])
-        while True:
-            chosen, chosen_lp = sample_next(self.fusion(logits), temperature, top_p, generators)
-            for r, (tok, lp) in enumerate(zip(chosen.tolist(), chosen_lp.tolist())):
-                if finished[r]:
-                    continue
-                if tok in self.eos_ids:
-                    finished[r], reasons[r] = True, "stop"
-                    continue
-                tokens[r].append(tok)
-                logprobs[r].append(lp)
-                if stops[r] and find_stop(self.decode_text(tokens[r]), stops[r]) >= 0:
-                    finished[r], reasons[r] = True, "stop"
-                elif len(tokens[r]) >= limits[r]:
-                    finished[r] = True
-            if all(finished):
-                break
-            logits = torch.stack([s.step(chosen, room) for s in states])
-        for r in range(batch):
-            if reasons[r] == "stop" and stops[r]:
-                cut = cut_at_stop(self.decode_text, tokens[r], stops[r])
-                if cut is not None:
-                    tokens[r], logprobs[r] = tokens[r][: cut[0]], logprobs[r][: cut[0]]
-        return [(tokens[r], logprobs[r], reasons[r]) for r in range(batch)]
+        left-padded prompts (:class:`~agents.hf.CachedRows`), then :func:`~agents.hf.decode_batch`, HFAgent's
+        token loop, draws each row's token from the fused logits and feeds it to every member through its KV
+        cache. Returns ``(tokens, log-probs under the fused distribution, finish reason)``."""
+        rows = _FusedRows([CachedRows(m, [row[j] for row in prompts]) for j, m in enumerate(self.members)], self.fusion)
+        limits = answer_limits(params, [max(len(x) for x in prompt) for prompt in prompts], self.context_length)
+        return decode_batch(self, rows, rows.prefill(), params, limits)
 
     # ------------------------------------------------------------------ scoring (C-RL)
     def fused_logits(self, prompt_ids: Sequence[Sequence[int]], answer_ids: Sequence[int], *,
@@ -257,32 +220,28 @@ def next_token_logits(agent: HFAgent, token_ids: Sequence[int]) -> torch.Tensor:
     return agent.model(input_ids=ids).logits[0, -1].float()
 
 
-@dataclass
-class _MemberState:
-    """One member's side of a lockstep decode: its attention mask, positions and KV cache."""
+class _FusedRows:
+    """The members' :class:`~agents.hf.CachedRows` in lockstep, seen by :func:`~agents.hf.decode_batch` as one
+    model whose next-token logits are the fusion of theirs. Finished rows stay in the members' caches (as
+    before the loop was shared): dropping them would change the batch a step's forward sees, which may move
+    the log-probs' last bits."""
 
-    agent: HFAgent
-    prompts: list[list[int]]
-    device: Any
-    attention: torch.Tensor = field(init=False)
-    positions: torch.Tensor = field(init=False)
-    past: Any = None
+    def __init__(self, members: list[CachedRows], fusion: Fusion):
+        self.members, self.fusion, self.device = members, fusion, members[0].device
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """Each row's furthest last position over the members (whose prompts may differ in length)."""
+        return torch.stack([m.positions[:, -1:] for m in self.members]).amax(dim=0)
 
     def prefill(self) -> torch.Tensor:
-        ids, self.attention, self.positions = left_pad(self.prompts, self.agent.tokenizer.pad_token_id, self.device)
-        extra = {"logits_to_keep": 1} if self.agent._keeps_logits else {}
-        out = self.agent.model(input_ids=ids, attention_mask=self.attention, position_ids=self.positions,
-                               use_cache=True, **extra)
-        self.past = _cache_of(out)
-        return out.logits[:, -1, :].float()
+        return self.fusion(torch.stack([m.prefill() for m in self.members]))
 
     def step(self, chosen: torch.Tensor, room: int) -> torch.Tensor:
-        self.attention = torch.cat([self.attention, self.attention.new_ones((len(self.prompts), 1))], dim=1)
-        self.positions = (self.positions[:, -1:] + 1).clamp(max=room - 1)
-        out = self.agent.model(input_ids=chosen[:, None].to(self.device), attention_mask=self.attention,
-                               position_ids=self.positions, use_cache=True, **{self.agent._cache_arg: self.past})
-        self.past = _cache_of(out)
-        return out.logits[:, -1, :].float()
+        return self.fusion(torch.stack([m.step(chosen, room) for m in self.members]))
+
+    def select_rows(self, index: torch.Tensor) -> bool:
+        return False
 
 
 __all__ = ["Fusion", "LogitEnsemble", "check_shared_vocabulary", "next_token_logits", "RULES"]

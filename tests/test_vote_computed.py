@@ -85,6 +85,18 @@ def test_plurality_winners_matches_a_direct_count():
     assert answer_codes(["a", None, "b", "a"]) == [0, -1, 1, 0]
 
 
+def test_one_row_one_coalition_path_is_the_vectorised_rule():
+    """plurality_winners' scalar path (one row, one coalition: a protocol's step) against its vectorised path (many
+    of each), on every coalition of random answer rows with ties and non-answers, for 1 to 8 members."""
+    rng = np.random.default_rng(1)
+    for n in range(1, 9):
+        codes = rng.integers(-1, 3, size=(40, n))
+        winners = plurality_winners(codes, np.arange(1 << n))
+        for r in range(40):
+            for m in range(1 << n):
+                assert plurality_winners(codes[r:r + 1], [m]).tolist() == [[winners[r, m]]], (n, r, m)
+
+
 def test_evaluate_spends_only_the_models_alone_and_values_16_models():
     """evaluate() on vote plays the n models alone and nothing else, up to 16 models exactly; its cost game is
     the members' runs summed."""

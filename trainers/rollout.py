@@ -112,55 +112,65 @@ def token_logprobs(
     1/G of the whole rows'. ``share_prompts=False`` forwards whole rows always (the equivalence tests and
     ``benchmarks/training_cell.py`` compare both; they differ by float rounding, ~1e-6).
     """
-    if share_prompts and len({tuple(p) for p in prompts}) < len(prompts):
-        return _shared_prompts(model, prompts, completions, temperature=temperature, pad_id=pad_id, device=device)
-    batch = len(prompts)
-    width = max(len(p) for p in prompts)
-    length = max(len(c) for c in completions)
-    ids = torch.full((batch, width + length), pad_id, dtype=torch.long)
-    attention = torch.zeros((batch, width + length), dtype=torch.long)
-    mask = torch.zeros((batch, length))
-    for row, (p, c) in enumerate(zip(prompts, completions)):
-        ids[row, width - len(p) : width] = torch.tensor(list(p), dtype=torch.long)
-        ids[row, width : width + len(c)] = torch.tensor(list(c), dtype=torch.long)
-        attention[row, width - len(p) : width + len(c)] = 1
-        mask[row, : len(c)] = 1
-    ids, attention, mask = ids.to(device), attention.to(device), mask.to(device)
+    from agents.hf import left_pad
+
+    distinct, rows = distinct_prompts(prompts)
+    targets, mask = right_pad(completions, pad_id, device)
+    if share_prompts and len(distinct) < len(prompts):
+        return _shared_prompts(model, distinct, torch.tensor(rows, device=device), targets, mask,
+                               temperature=temperature, pad_id=pad_id, device=device)
+    prompt_ids, prompt_attention, _ = left_pad(prompts, pad_id, device)
+    width, length = prompt_ids.shape[1], targets.shape[1]
+    ids = torch.cat([prompt_ids, targets], dim=1)
+    attention = torch.cat([prompt_attention, mask.to(prompt_attention.dtype)], dim=1)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=False).logits
     logits = logits[:, width - 1 : width + length - 1, :].float() / temperature
-    targets = ids[:, width : width + length]
     logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return logprobs * mask, mask
 
 
+def distinct_prompts(prompts: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The distinct prompts in order of first appearance, and each row's index among them."""
+    distinct = list(dict.fromkeys(tuple(p) for p in prompts))
+    where = {p: i for i, p in enumerate(distinct)}
+    return distinct, [where[tuple(p)] for p in prompts]
+
+
+def right_pad(completions: Sequence[Sequence[int]], pad_id: int, device: torch.device | str
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Completions right-padded with ``pad_id`` to the longest: ``(targets, mask)``, both ``[B, longest]``, the
+    mask (float) 1 exactly on the completion tokens."""
+    length = max(len(c) for c in completions)
+    targets = torch.full((len(completions), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(completions), length))
+    for row, c in enumerate(completions):
+        targets[row, : len(c)] = torch.tensor(list(c), dtype=torch.long)
+        mask[row, : len(c)] = 1
+    return targets.to(device), mask.to(device)
+
+
 def _shared_prompts(
     model: torch.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    completions: Sequence[Sequence[int]],
+    distinct: Sequence[Sequence[int]],
+    rows: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
     *,
     temperature: float,
     pad_id: int,
     device: torch.device | str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`token_logprobs` forwarding each distinct prompt once: the distinct prompts (left-padded) with a KV
-    cache, whose rows are then gathered to every row that has that prompt, and the completions (right-padded)
-    through it. The gather's backward adds up the rows' gradients into their shared prompt, so the gradient is
-    the whole rows' (tests/test_trainers.py compares both, values and gradients, to float tolerance)."""
+    """:func:`token_logprobs` forwarding each distinct prompt once: the ``distinct`` prompts (left-padded) with a KV
+    cache, whose rows are then gathered to every row (``rows``: each row's distinct prompt), and the completions
+    (``targets``, right-padded, :func:`right_pad`) through it. The gather's backward adds up the rows' gradients
+    into their shared prompt, so the gradient is the whole rows' (tests/test_trainers.py compares both, values and
+    gradients, to float tolerance)."""
     from agents.hf import _cache_of, left_pad
 
-    distinct = list(dict.fromkeys(tuple(p) for p in prompts))
-    where = {p: i for i, p in enumerate(distinct)}
-    rows = torch.tensor([where[tuple(p)] for p in prompts], device=device)
     ids, attention, positions = left_pad(distinct, pad_id, device)
     out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True)
-    batch, length = len(prompts), max(len(c) for c in completions)
-    targets = torch.full((batch, length), pad_id, dtype=torch.long)
-    mask = torch.zeros((batch, length))
-    for row, c in enumerate(completions):
-        targets[row, : len(c)] = torch.tensor(list(c), dtype=torch.long)
-        mask[row, : len(c)] = 1
-    targets, mask = targets.to(device), mask.to(device)
+    length = targets.shape[1]
     # index_select, not indexing: its backward (index_add_) adds the rows' gradients in a fixed order on CPU, where
     # indexing's (index_put_ with accumulate) gave run-to-run differences of ~1e-7 in the trained weights
     logits = out.logits[:, -1:, :].index_select(0, rows)  # predicts each completion's first token

@@ -152,6 +152,8 @@ def plurality_winners(codes: np.ndarray, masks: Sequence[int] | np.ndarray) -> n
     if n > 62:
         raise ConfigError(f"plurality_winners takes at most 62 members (int64 bitmasks), got {n}")
     masks = np.asarray(masks, dtype=np.int64).reshape(1, -1)
+    if rows == 1 and masks.shape[1] == 1:  # one question, one coalition (a protocol's step): the same rule, scalar
+        return np.array([[_plurality_winner(codes[0].tolist(), int(masks[0, 0]))]], dtype=np.int64)
     bits = np.int64(1) << np.arange(n, dtype=np.int64)
     # class_mask[r, j]: the members answering as member j does (nobody when j gave no answer)
     same = (codes[:, :, None] == codes[:, None, :]) & (codes[:, :, None] >= 0)
@@ -164,6 +166,21 @@ def plurality_winners(codes: np.ndarray, masks: Sequence[int] | np.ndarray) -> n
         votes = np.where(first & (masks >> j & 1 == 1), _popcount(present), 0)
         better = votes > best
         winner[better], best[better] = j, votes[better]
+    return winner
+
+
+def _plurality_winner(codes: list[int], mask: int) -> int:
+    """:func:`plurality_winners` for one row and one coalition, in plain Python (a protocol's step calls the rule
+    with one of each, where numpy's fixed cost is most of the time): the answer classes in order of their first
+    giver within the coalition, the first with strictly more votes than every earlier one winning."""
+    first_and_votes: dict[int, list[int]] = {}
+    for j, code in enumerate(codes):
+        if code >= 0 and mask >> j & 1:
+            first_and_votes.setdefault(code, [j, 0])[1] += 1
+    winner, best = -1, 0
+    for first, votes in first_and_votes.values():
+        if votes > best:
+            winner, best = first, votes
     return winner
 
 
