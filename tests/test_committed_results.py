@@ -30,7 +30,8 @@ def test_every_result_file_is_checked_here():
     known = {"valuation_debate_zoo.json", "study.json", "cost_interactions_zoo4.json",
              "multi_learner.json",  # checked in tests/test_multi_learner_figures.py
              "levels.json",  # checked in tests/test_levels.py
-             "pools16.json"}  # checked in tests/test_pools16.py
+             "pools16.json",  # checked in tests/test_pools16.py
+             "paper-cpu-probe.json"}  # checked in tests/test_paper_cpu.py (the rule replayed, one setting re-played)
     assert {p.name for p in RESULTS} <= known, f"a new docs/*.json needs a check here: {[p.name for p in RESULTS]}"
     assert RESULTS
 
