@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from crl_envs import stats  # noqa: E402
-from crl_envs.sequential import SequentialDesign, sequential_verdict  # noqa: E402
+from crl_envs.sequential import SequentialDesign, read_look, reallocate, sequential_verdict  # noqa: E402
 
 #: The sequential design per pool size: looks every 50 questions up to paper-small's 200, decoupled spent
 #: O'Brien-Fleming-type, futility below a cross-fit tau of 0.3, and coupled spent by the power family
@@ -72,6 +72,48 @@ def simulate(n: int, tau: float, runs: int, design: SequentialDesign | None = No
         out.append({"fixed": f.verdict, "sequential": q.verdict, "questions": q.questions, "stopped": q.stopped,
                     "population_tau": s.tau})
     return out
+
+
+def study(n: int, taus: tuple[float, ...], studies: int, *, per_setting: int = 200, cap: int = 400, batch: int = 50,
+          spacing: str = "graded", seed: int = 0) -> dict[str, Any]:
+    """Whole studies of ``len(taus)`` settings sharing ``len(taus) * per_setting`` questions: the fixed design
+    gives each ``per_setting``; the sequential one reads looks every ``batch`` up to ``cap`` (the design of
+    :func:`design_for` stretched to them) and :func:`crl_envs.sequential.reallocate` gives each round's
+    questions to the settings still open. Returns verdict counts per design and the questions spent."""
+    base = design_for(n)
+    design = SequentialDesign(looks=tuple(range(batch, cap + 1, batch)), coupled_spending=base.coupled_spending,
+                              decoupled_spending=base.decoupled_spending, futility_tau=base.futility_tau)
+    fixed = SequentialDesign(looks=(per_setting,))
+    rng = np.random.default_rng([seed, n, len(taus), 17])
+    counts = {d: {v: 0 for v in ("coupled", "decoupled", "inconclusive", "untestable")} for d in ("fixed", "sequential")}
+    spent = []
+    for _ in range(studies):
+        plants = [stats.plant_setting(rng, n, cap, tau, stats.PLANTED_POOLS[spacing]) for tau in taus]
+        for s in plants:
+            counts["fixed"][sequential_verdict(s.individual, s.compositional, s.example_ids, fixed).verdict] += 1
+        used, final = [0] * len(plants), ["inconclusive"] * len(plants)
+        open_, left = [True] * len(plants), len(plants) * per_setting
+        while any(open_) and left > 0:
+            give = reallocate(used, open_, budget=left, cap=cap, batch=batch)
+            if not any(give):
+                break
+            for i, g in enumerate(give):
+                if g == 0:
+                    continue
+                used[i], left = used[i] + g, left - g
+                if used[i] % batch:  # a partial batch is no look: the setting stays as it is
+                    open_[i] = False
+                    continue
+                look = read_look(plants[i].individual, plants[i].compositional, plants[i].example_ids, design,
+                                 used[i] // batch - 1)
+                decided = look["verdict"] in ("coupled", "decoupled")
+                final[i] = look["verdict"] if decided or used[i] == cap else "inconclusive"
+                open_[i] = not decided and not look["futile"] and used[i] < cap
+        for v in final:
+            counts["sequential"][v] += 1
+        spent.append(sum(used))
+    return {"n": n, "taus": list(taus), "studies": studies, "per_setting": per_setting, "cap": cap, "counts": counts,
+            "questions": {"fixed": len(taus) * per_setting, "sequential": float(np.mean(spent))}}
 
 
 def _rate(hits: int, runs: int) -> dict[str, float]:
@@ -135,7 +177,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=1000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path, default=None, help="write the results here too")
+    p.add_argument("--studies", type=int, default=0,
+                   help="also this many whole studies (settings at each tau of --taus, 5 each) sharing their budget")
     args = p.parse_args(argv)
+    if args.studies:
+        for n in args.sizes:
+            r = study(n, tuple(t for t in args.taus for _ in range(5)), args.studies, seed=args.seed)
+            print(f"n = {n}, {r['studies']} studies of {len(r['taus'])} settings (taus {sorted(set(r['taus']))}), "
+                  f"{r['per_setting']} questions a setting or, sequential, shared up to {r['cap']} each: verdicts "
+                  f"{r['counts']}; questions per study fixed {r['questions']['fixed']}, sequential "
+                  f"{r['questions']['sequential']:.0f}")
     start, results = time.time(), []
     for n in args.sizes:
         for tau in args.taus:

@@ -31,6 +31,9 @@ mean taken as the truth) is not inside the margin. Stopping for futility only re
 reject, so the error bounds above hold whatever the rule; it costs power, which the benchmark
 (``benchmarks/sequential_verdicts.py``) measures on planted truth against the fixed design.
 
+A look whose ``a_k`` is below the smallest p the models can give (``2 / n!`` untied) reads ``untestable``
+by the verdict's rule and leaves the setting open: that look can decide nothing.
+
 With one look the design is the fixed design: any spending function gives ``A(1) = alpha``, and
 :func:`sequential_verdict` returns :func:`crl_envs.stats.verdict` exactly.
 
