@@ -196,12 +196,13 @@ def read_look(individual: np.ndarray, compositional: np.ndarray, example_ids: Se
 
 def _projected_interval(bands: tuple[OrderBand, OrderBand], halves: Sequence[int], design: SequentialDesign
                         ) -> list[float]:
-    """The interval of tau the last look would give if every pairwise difference of means stayed as it is
-    now and its standard error shrank to the last look's questions (``se * sqrt(now / then)``), at the
-    last look's level: the most optimistic reach of ``decoupled``."""
+    """The interval of tau the last look would give if every pairwise difference of means moved one standard
+    error away from 0 (the benefit of the doubt) and its standard error shrank to the last look's questions
+    (``se * sqrt(now / then)``), at the last look's level: an optimistic reach of ``decoupled``, so that the
+    futility stop spares settings that could still get there (its error bounds need nothing of it)."""
     shrink = math.sqrt(sum(halves) / design.looks[-1])
     coverage = math.sqrt(1 - design.decoupled_levels[-1])
-    projected = [OrderBand(b.diff, b.se * shrink, b.t_star).signs(coverage) for b in bands]
+    projected = [OrderBand(b.diff + np.sign(b.diff) * b.se, b.se * shrink, b.t_star).signs(coverage) for b in bands]
     return tau_bounds([projected[0]], [projected[1]])
 
 

@@ -140,7 +140,7 @@ def test_reallocate_refuses_mismatched_input():
 
 
 # ---------------------------------------------------------------------- planted truth
-RUNS = 120
+RUNS = 200
 
 
 @pytest.fixture(scope="module")
