@@ -9,7 +9,8 @@ share its models, so they are permuted together); percentile bootstrap CIs over 
 interval (:func:`crossfit_tau`: the taus consistent with the pairwise orders the questions determine,
 :func:`tau_bounds`); the verdict entry both the study and a valuation report print (:func:`judge`); the heterogeneity of pooled settings
 (:func:`heterogeneity`); the design's power
-(:func:`verdict_power`: the verdict itself run on planted settings); and the valuation verdicts (:func:`verdict`).
+(:func:`verdict_power`: the verdict itself run on settings :func:`plant_setting` plants); and the valuation
+verdicts (:func:`verdict`), which :mod:`crl_envs.sequential` reads at looks.
 
 Valuation verdicts, per setting (or per group of settings, e.g. a pool x method family), from the
 **cross-fit** tau (:func:`crossfit_tau`: individual strength on one half of the questions, compositional
