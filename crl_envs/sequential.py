@@ -232,7 +232,7 @@ def sequential_verdict(individual: np.ndarray, compositional: np.ndarray, exampl
     return SequentialResult(trace[-1]["verdict"], len(trace) - 1, trace[-1]["questions"], "last look", trace)
 
 
-def reallocate(used: Sequence[int], open_: Sequence[bool], *, budget: int, cap: int, batch: int) -> list[int]:
+def reallocate(used: Sequence[int], undecided: Sequence[bool], *, budget: int, cap: int, batch: int) -> list[int]:
     """The questions each setting gets next: every open (undecided) setting below ``cap`` its next
     ``batch`` (fewer where ``cap`` is nearer), in order of fewest questions used (ties by position),
     while ``budget`` (questions left to the study, shared) lasts; decided settings get none. A pure
@@ -244,18 +244,18 @@ def reallocate(used: Sequence[int], open_: Sequence[bool], *, budget: int, cap: 
         [0, 50, 10]
 
     Raises:
-        ValueError: ``used`` and ``open_`` of different lengths, a negative budget or count, or ``batch`` or
+        ValueError: ``used`` and ``undecided`` of different lengths, a negative budget or count, or ``batch`` or
             ``cap`` below 1.
     """
-    if len(used) != len(open_):
-        raise ConfigError(f"reallocate: {len(used)} settings' questions but {len(open_)} open flags")
+    if len(used) != len(undecided):
+        raise ConfigError(f"reallocate: {len(used)} settings' questions but {len(undecided)} undecided flags")
     if budget < 0 or batch < 1 or cap < 1 or any(u < 0 for u in used):
         raise ConfigError(f"reallocate needs budget >= 0, batch and cap >= 1 and used >= 0, got budget={budget}, "
                           f"batch={batch}, cap={cap}, used={list(used)}")
     out = [0] * len(used)
     left = int(budget)
     for i in sorted(range(len(used)), key=lambda i: (used[i], i)):
-        if not open_[i] or left == 0:
+        if not undecided[i] or left == 0:
             continue
         give = min(batch, max(0, cap - int(used[i])), left)
         out[i], left = give, left - give

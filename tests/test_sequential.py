@@ -133,7 +133,7 @@ def test_reallocate_moves_freed_questions_to_open_settings_up_to_the_cap():
 
 
 def test_reallocate_refuses_mismatched_input():
-    with pytest.raises(ConfigError, match="3 settings' questions but 2 open flags"):
+    with pytest.raises(ConfigError, match="3 settings' questions but 2 undecided flags"):
         reallocate([1, 2, 3], [True, False], budget=10, cap=10, batch=5)
     with pytest.raises(ConfigError, match="budget >= 0"):
         reallocate([1], [True], budget=-1, cap=10, batch=5)
