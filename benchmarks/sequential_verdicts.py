@@ -26,6 +26,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -153,9 +154,10 @@ def describe(n: int, design: SequentialDesign) -> str:
             f"{design.alpha / 2:g} (one-sided), false decoupled <= {design.decoupled_alpha:g}.")
 
 
-def table(results: list[dict[str, Any]]) -> str:
-    """The markdown table the benchmark prints."""
-    lines = [*(describe(n, design_for(n)) for n in sorted({r["n"] for r in results})), "",
+def table(results: list[dict[str, Any]], designs: dict[int, SequentialDesign] | None = None) -> str:
+    """The markdown table the benchmark prints (``designs``: per ``n``, default :func:`design_for`)."""
+    designs = designs or {}
+    lines = [*(describe(n, designs.get(n) or design_for(n)) for n in sorted({r["n"] for r in results})), "",
              "| n | tau | runs | coupled fixed | coupled seq | decoupled fixed | decoupled seq | false decoupled "
              "fixed / seq | agree | evaluations seq / fixed | saving | stopped (decided/futility/last) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -177,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=1000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path, default=None, help="write the results here too")
+    p.add_argument("--coupled-spending", default=None, help="override the designs' coupled spending, e.g. power:4")
     p.add_argument("--studies", type=int, default=0,
                    help="also this many whole studies (settings at each tau of --taus, 5 each) sharing their budget")
     args = p.parse_args(argv)
@@ -188,14 +191,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['counts']}; questions per study fixed {r['questions']['fixed']}, sequential "
                   f"{r['questions']['sequential']:.0f}")
     start, results = time.time(), []
+    designs = {n: dataclasses.replace(design_for(n), coupled_spending=args.coupled_spending or design_for(n).coupled_spending)
+               for n in args.sizes}
     for n in args.sizes:
         for tau in args.taus:
-            results.append(summarise(simulate(n, tau, args.runs, seed=args.seed), n, tau))
+            results.append(summarise(simulate(n, tau, args.runs, designs[n], seed=args.seed), n, tau, designs[n]))
             print(f"n={n} tau={tau:g}: {time.time() - start:.0f} s, load average {os.getloadavg()[0]:.2f}",
                   file=sys.stderr, flush=True)
             if args.json:  # after each scenario: a long run leaves what it finished
                 args.json.write_text(json.dumps(results, indent=1))
-    print(table(results))
+    print(table(results, designs))
     print(f"\n{time.time() - start:.0f} s, load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 
