@@ -169,7 +169,7 @@ def test_sequential_gives_the_fixed_verdicts_at_half_the_evaluations_without_cou
     verdicts; strongly coupled settings agree too but save less with 8 models (see the benchmark)."""
     for tau, saving in ((0.0, 2.0), (0.9, 1.2)):
         r = planted[tau]
-        assert r["agree"]["value"] >= 0.95
+        assert r["agree"]["value"] >= 0.94  # measured 0.997 and 0.976 at 1,000 runs; 3 SEs of 200 runs below
         assert r["evaluations"]["saving"] >= saving
 
 
