@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path, default=None, help="write the results here too")
     p.add_argument("--coupled-spending", default=None, help="override the designs' coupled spending, e.g. power:4")
+    p.add_argument("--futility-tau", type=float, default=None, help="override the designs' futility threshold")
     p.add_argument("--studies", type=int, default=0,
                    help="also this many whole studies (settings at each tau of --taus, 5 each) sharing their budget")
     args = p.parse_args(argv)
@@ -191,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['counts']}; questions per study fixed {r['questions']['fixed']}, sequential "
                   f"{r['questions']['sequential']:.0f}")
     start, results = time.time(), []
-    designs = {n: dataclasses.replace(design_for(n), coupled_spending=args.coupled_spending or design_for(n).coupled_spending)
-               for n in args.sizes}
+    overrides = {k: v for k, v in (("coupled_spending", args.coupled_spending), ("futility_tau", args.futility_tau))
+                 if v is not None}
+    designs = {n: dataclasses.replace(design_for(n), **overrides) for n in args.sizes}
     for n in args.sizes:
         for tau in args.taus:
             results.append(summarise(simulate(n, tau, args.runs, designs[n], seed=args.seed), n, tau, designs[n]))
