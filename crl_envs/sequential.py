@@ -41,18 +41,26 @@ With one look the design is the fixed design: any spending function gives ``A(1)
 gets its next batch while a shared budget lasts (fewest questions first), so questions freed by decided
 settings go to the undecided ones.
 
-Measured (``benchmarks/sequential_verdicts.py``, 2026-12-07, graded spacing, looks 50/100/150/200, futility
-below tau 0.3, decoupled spent O'Brien-Fleming-type; load average 8-12 on 2 cores, rates do not depend on
-it), sequential against fixed on the same planted tables, ± one Monte Carlo SE:
+Measured (``benchmarks/sequential_verdicts.py``, 2026-12-07, graded spacing, looks 50/100/150/200, decoupled
+spent O'Brien-Fleming-type; load average 2-12 on 2 cores, rates do not depend on it), sequential against fixed
+on the same planted tables, ± one Monte Carlo SE:
 
-- 8 models, coupled spent ``power:4``, 1,000 runs per tau: false coupled at tau 0 0.016 ± 0.004 (fixed
+- 8 models, coupled spent ``power:4``, futility below tau 0.3, 1,000 runs per tau (seed 1): false coupled at tau 0 0.016 ± 0.004 (fixed
   0.019 ± 0.004; stated 0.025); coupled at tau 0.5 0.298 ± 0.014 (fixed 0.333 ± 0.015), at tau 0.9 0.932 ±
   0.008 (fixed 0.952 ± 0.007); no decoupled at all (neither design reaches it with 8 graded models on 200
   questions); verdicts agree in 0.997 / 0.959 / 0.976; evaluations saved 2.59x / 1.36x / 1.43x at tau 0 /
   0.5 / 0.9. Not 2x where settings are coupled: 8 models' coarse p-values rarely pass an early look's level.
-- 16 models, coupled spent ``power:2``, 300 runs per tau: false coupled at tau 0 0.010 ± 0.006 (fixed
-  0.023 ± 0.009); coupled at tau 0.5 0.617 ± 0.028 against the fixed 0.737 ± 0.025 (agree 0.86), at tau 0.9
-  1.0 for both; saved 3.45x / 1.92x / 3.74x.
+- 16 models, 300 runs per tau (one Monte Carlo SE ~0.025 at tau 0.5): with ``power:4`` and futility below tau
+  0.15 (chosen after the runs below; seed 5), false coupled at tau 0 0.020 ± 0.008 (fixed 0.030 ± 0.010);
+  coupled at tau 0.5 0.753 ± 0.025 against the fixed 0.797 ± 0.023 (agree 0.957), at tau 0.9 1.0 for both;
+  saved 2.56x / 1.37x / 2.96x. With ``power:2`` and futility below 0.3 (seed 1): 0.617 against 0.737 at tau
+  0.5, saved 3.45x / 1.92x / 3.74x; ``power:4`` below 0.3 (seed 1): 0.647, saved 1.64x at tau 0.5 and 2.78x at
+  0.9; ``power:2`` below 0.15 (seed 5): 0.730 against 0.797, saved 2.57x / 1.61x
+  / 3.82x. The futility threshold trades power at tau 0.5 for savings; 16 models' early taus run low.
+- Whole studies (``--studies``: 15 settings at tau 0 / 0.5 / 0.9 sharing 200 questions each, looks stretched
+  to a cap of 400, 8 models, 40 studies): 179 of 600 coupled against the fixed 259, for 2,940 questions a study
+  against 3,000. Stretching the looks to the cap moves alpha to looks few settings reach, and 8 models' power
+  is bounded by ``n``, not questions: reallocation does not pay there.
 """
 
 from __future__ import annotations
