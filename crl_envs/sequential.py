@@ -52,7 +52,7 @@ on the same planted tables, ± one Monte Carlo SE:
   0.5 / 0.9. Not 2x where settings are coupled: 8 models' coarse p-values rarely pass an early look's level.
 - 16 models, ``power:4``, futility below tau 0.15, 1,000 runs per tau on fresh seed 9: false coupled at tau 0
   0.016 ± 0.004 (fixed 0.025 ± 0.005); coupled at tau 0.5 0.762 ± 0.013 against the fixed 0.802 ± 0.013 (agree
-  0.954); saved 2.56x / 1.35x at tau 0 / 0.5 (tau 0.9: see the benchmark's table). That design was chosen after
+  0.954), at tau 0.9 1.0 for both; saved 2.56x / 1.35x / 2.85x. That design was chosen after
   300-run comparisons (one SE ~0.025 at tau 0.5): on seed 5, false coupled at tau 0 0.020 ± 0.008 (fixed 0.030 ± 0.010);
   coupled at tau 0.5 0.753 ± 0.025 against the fixed 0.797 ± 0.023 (agree 0.957), at tau 0.9 1.0 for both;
   saved 2.56x / 1.37x / 2.96x. With ``power:2`` and futility below 0.3 (seed 1): 0.617 against 0.737 at tau
