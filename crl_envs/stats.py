@@ -9,7 +9,8 @@ share its models, so they are permuted together); percentile bootstrap CIs over 
 interval (:func:`crossfit_tau`: the taus consistent with the pairwise orders the questions determine,
 :func:`tau_bounds`); the verdict entry both the study and a valuation report print (:func:`judge`); the heterogeneity of pooled settings
 (:func:`heterogeneity`); the design's power
-(:func:`verdict_power`: the verdict itself run on planted settings); and the valuation verdicts (:func:`verdict`).
+(:func:`verdict_power`: the verdict itself run on settings :func:`plant_setting` plants); and the valuation
+verdicts (:func:`verdict`), which :mod:`crl_envs.sequential` reads at looks.
 
 Valuation verdicts, per setting (or per group of settings, e.g. a pool x method family), from the
 **cross-fit** tau (:func:`crossfit_tau`: individual strength on one half of the questions, compositional
@@ -911,22 +912,46 @@ def _source_digest() -> str:
         return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class PlantedSetting:
+    """One simulated setting (:data:`PLANTING`): ``(models, questions)`` tables on ``example_ids``, and the
+    models' planted population strengths (``accuracy``, ``mean``) whose Kendall tau-b is the setting's own
+    population tau (:attr:`tau`), the one its interval speaks for."""
+
+    individual: np.ndarray
+    compositional: np.ndarray
+    example_ids: list[str]
+    accuracy: np.ndarray
+    mean: np.ndarray
+
+    @property
+    def tau(self) -> float:
+        return float(kendall_tau_b(self.accuracy, self.mean))
+
+
+def plant_setting(rng: np.random.Generator, n: int, questions: int, tau: float, pool: PlantedPool) -> PlantedSetting:
+    """One planted setting of ``n`` models on ``questions`` questions at copula tau ``tau`` (:data:`PLANTING`),
+    drawn from ``rng``: the generator :func:`verdict_power` and the sequential design's benchmark share. Its
+    questions are independent, so the first ``k`` columns are a planted setting on ``k`` questions."""
+    r = math.sin(math.pi * tau / 2)  # the Gaussian copula's correlation for Kendall tau
+    (a_lo, a_hi), (c_lo, c_hi) = pool.individual, pool.compositional
+    z = rng.standard_normal((n, 2))
+    u = stats.norm.cdf(np.stack([z[:, 0], r * z[:, 0] + math.sqrt(max(0.0, 1 - r * r)) * z[:, 1]]))
+    accuracy, mean = a_lo + (a_hi - a_lo) * u[0], c_lo + (c_hi - c_lo) * u[1]
+    individual = (rng.random((n, questions)) < accuracy[:, None]).astype(float)
+    compositional = mean[:, None] + pool.noise * rng.standard_normal((n, questions))
+    tag = int(rng.integers(1 << 62))
+    return PlantedSetting(individual, compositional, [f"power-{tag}-{k}" for k in range(questions)], accuracy, mean)
+
+
 def _simulate_verdicts(n: int, questions: int, verdict: str, tau: float, alpha: float, delta: float,
                        pool: PlantedPool, sims: int, resamples: int, seed: int) -> int:
     """How many of ``sims`` planted settings (:data:`PLANTING`) the study's verdict calls ``verdict``."""
     rng = np.random.default_rng([seed, n, questions, round(1e6 * (tau + 1)), sorted(POWER_TAUS).index(verdict)])
-    r = math.sin(math.pi * tau / 2)  # the Gaussian copula's correlation for Kendall tau
-    (a_lo, a_hi), (c_lo, c_hi) = pool.individual, pool.compositional
     hits = 0
     for _ in range(sims):
-        z = rng.standard_normal((n, 2))
-        u = stats.norm.cdf(np.stack([z[:, 0], r * z[:, 0] + math.sqrt(max(0.0, 1 - r * r)) * z[:, 1]]))
-        accuracy, mean = a_lo + (a_hi - a_lo) * u[0], c_lo + (c_hi - c_lo) * u[1]
-        individual = (rng.random((n, questions)) < accuracy[:, None]).astype(float)
-        compositional = mean[:, None] + pool.noise * rng.standard_normal((n, questions))
-        tag = int(rng.integers(1 << 62))
-        cf = crossfit_tau(individual, compositional, [f"power-{tag}-{k}" for k in range(questions)],
-                          level=1 - alpha, resamples=resamples, seed=seed)
+        s = plant_setting(rng, n, questions, tau, pool)
+        cf = crossfit_tau(s.individual, s.compositional, s.example_ids, level=1 - alpha, resamples=resamples, seed=seed)
         got = judge(cf["kendall_tau"], cf["p_value"], cf["min_p_value"], cf["tau_ci"], alpha=alpha, delta=delta,
                     level=1 - alpha, questions=cf["questions"], undefined=cf["undefined"])["verdict"]
         hits += got == verdict

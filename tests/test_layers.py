@@ -31,7 +31,7 @@ LAYERS: dict[str, tuple[int, tuple[str, ...]]] = {
     # the library's error types and shared checks (check_int, did_you_mean): every layer may import them
     "errors": (-1, ("crl_kit", "crl_kit.*")),
     "options": (0, ("crl_envs.options",)),
-    "stats": (0, ("crl_envs.stats",)),  # numpy/scipy only: the verdicts' statistics
+    "stats": (0, ("crl_envs.stats", "crl_envs.sequential")),  # numpy/scipy only: the verdicts' statistics
     # numpy only: the estimators and their weights, which valuation and the trainers' credit both use
     "estimators": (0, ("crl_envs.valuation.estimators",)),
     "tracking": (0, ("crl_envs.tracking",)),  # experiment trackers (TensorBoard, MLflow, trackio, W&B)
