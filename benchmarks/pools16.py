@@ -47,11 +47,11 @@ PLANTED_DRAWS = 100
 def vote_shapley(codes: np.ndarray, right: np.ndarray) -> np.ndarray:
     """``(seats, questions)`` exact Shapley values of vote per question, from each seat's answer code and
     whether it is right (``(questions, seats)`` each; equal codes for equal answers, ``-1`` no answer): every
-    coalition's answer picked by :func:`crl_envs.protocols.base.plurality_winners` (vote's own rule; a coalition
-    where nobody answered scores as its first seat's unparseable answer, as
-    :class:`crl_envs.valuation.CoalitionGame` computes it), weighted by
-    :func:`crl_envs.valuation.estimators.shapley_weights`."""
+    coalition's value from :func:`crl_envs.valuation.aggregate_scores` with vote's own rule
+    (:func:`crl_envs.protocols.base.plurality_winners`), as :class:`crl_envs.valuation.CoalitionGame`
+    computes it, weighted by :func:`crl_envs.valuation.estimators.shapley_weights`."""
     from crl_envs.protocols.base import plurality_winners
+    from crl_envs.valuation import aggregate_scores
     from crl_envs.valuation.estimators import shapley_weights
 
     codes, right = np.asarray(codes, np.int64), np.asarray(right, float)
@@ -61,10 +61,7 @@ def vote_shapley(codes: np.ndarray, right: np.ndarray) -> np.ndarray:
     masks = np.arange(1, 1 << n, dtype=np.int64)
     for start in range(0, len(masks), 4096):
         chunk = masks[start:start + 4096]
-        winner = plurality_winners(codes, chunk)
-        lowest = np.array([(m & -m).bit_length() - 1 for m in chunk.tolist()])
-        winner = np.where(winner < 0, lowest[None, :], winner)
-        phi += weights[:, chunk] @ right[np.arange(q)[:, None], winner].T
+        phi += weights[:, chunk] @ aggregate_scores(plurality_winners, codes, right.T, chunk).T
     return phi
 
 

@@ -32,7 +32,7 @@ def cell_seconds(cell: Any) -> float:
     """A planned cell's estimated seconds: its planned model calls times its kind's (and trainer's) rate."""
     rate = SECONDS_PER_CALL.get(cell.kind, _UNTIMED_TRAINER)
     if isinstance(rate, Mapping):
-        rate = rate.get(getattr(cell.spec, "trainer", None), _UNTIMED_TRAINER)
+        rate = rate.get(cell.spec.trainer, _UNTIMED_TRAINER) if cell.kind == "training" else _UNTIMED_TRAINER
     return float(cell.cost.get("calls", 0.0)) * rate
 
 

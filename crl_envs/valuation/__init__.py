@@ -43,7 +43,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "crl_envs.valuation.executors": ("Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor"),
     "crl_envs.valuation.game": (
-        "CoalitionGame", "default_cache_dir", "individual_game", "mask_of", "members_of", "play_coalitions",
+        "CoalitionGame", "aggregate_scores", "default_cache_dir", "individual_game", "mask_of", "members_of",
+        "play_coalitions",
     ),
     "crl_envs.valuation.fronts": ("Front", "front_of"),
     "crl_envs.valuation.interactions": ("Interactions", "game_interactions"),
@@ -84,6 +85,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from crl_envs.valuation.fronts import Front, front_of
     from crl_envs.valuation.game import (
         CoalitionGame,
+        aggregate_scores,
         default_cache_dir,
         individual_game,
         mask_of,
@@ -231,7 +233,7 @@ def _measures(est: Estimator, game: CoalitionGame, individual: Any, values: dict
 
 
 __all__ = [
-    "evaluate", "ESTIMATORS", "CoalitionGame", "ValuationReport", "Measure", "Correlation", "correlation",
+    "evaluate", "ESTIMATORS", "CoalitionGame", "aggregate_scores", "ValuationReport", "Measure", "Correlation", "correlation",
     "pooled_test", "PooledTest", "shapley_weights", "banzhaf_weights", "loo_weights", "permutation_weights",
     "sample_permutations", "exact_masks", "mask_of", "members_of", "default_cache_dir", "MAX_EXACT_PLAYERS",
     "individual_game", "permutation_draws", "Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor",

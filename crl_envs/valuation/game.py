@@ -86,6 +86,29 @@ def mask_of(members: Iterable[int]) -> int:
     return mask
 
 
+def aggregate_scores(rule: Any, codes: np.ndarray, scores: np.ndarray, masks: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Each coalition's score per row when a protocol's aggregation ``rule`` (as
+    :func:`crl_envs.protocols.base.plurality_winners`) gives one member's answer: ``(rows, len(masks))``.
+
+    ``codes`` is ``(rows, n)`` answer codes (equal codes for equal answers, ``-1`` no answer), ``scores``
+    ``(n, rows)`` each member's score of its own answer. A coalition where nobody answered scores as its
+    lowest member's unparseable answer, as a played run does. Used by :class:`CoalitionGame` for a computed
+    game and by anything that values such a protocol straight from answers (``benchmarks/pools16.py``).
+
+    Example:
+        >>> from crl_envs.protocols.base import plurality_winners
+        >>> codes = np.array([[0, 1, 1], [0, -1, -1]])
+        >>> right = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
+        >>> aggregate_scores(plurality_winners, codes, right, [0b011, 0b110, 0b111]).tolist()
+        [[0.0, 1.0, 1.0], [1.0, 0.0, 1.0]]
+    """
+    masks = np.asarray(masks, dtype=np.int64)
+    winner = rule(codes, masks)  # (rows, coalitions), -1 where nobody in the coalition answered
+    lowest = np.array([(m & -m).bit_length() - 1 for m in masks.tolist()], dtype=np.int64)
+    winner = np.where(winner < 0, lowest[None, :], winner)
+    return scores[winner, np.arange(codes.shape[0])[:, None]]
+
+
 class CoalitionGame:
     """``v(S)`` per question for every coalition ``S`` of ``pool`` playing ``protocol`` on ``task``.
 
@@ -275,10 +298,7 @@ class CoalitionGame:
         scores = np.stack([x.scores.reshape(-1) for x in solo])  # (n, q * k)
         for start in range(0, len(masks), 4096):  # bounded memory: rows x 4096 coalitions at a time
             chunk = np.asarray(masks[start:start + 4096], dtype=np.int64)
-            winner = self.aggregate(codes, chunk)  # (q * k, coalitions)
-            lowest = np.array([(m & -m).bit_length() - 1 for m in chunk.tolist()])
-            winner = np.where(winner < 0, lowest[None, :], winner)
-            picked = scores[winner, np.arange(q * k)[:, None]].reshape(q, k, len(chunk))
+            picked = aggregate_scores(self.aggregate, codes, scores, chunk).reshape(q, k, len(chunk))
             totals = np.zeros((q, len(chunk)))
             for s in range(k):
                 totals += picked[:, s]
