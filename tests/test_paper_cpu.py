@@ -119,3 +119,29 @@ def test_the_dry_runs_probe_table_names_each_setting_and_its_choice():
     assert lines[-1] == f"probe: {len(chosen)} of {len(record['settings'])} settings chosen ({', '.join(chosen)})"
     assert "| cascade-first-rookie/arith | model_4 | 50% | 0.090 | 0.650 | not comparable: deletion would pass for a " \
            "gain: the system scores 0.650 without the learner, 0.090 with it |" in rows
+
+
+COMMITTED_RUN = ROOT / "docs" / "paper-cpu"
+
+
+def test_the_committed_run_is_re_derived_from_its_committed_cells(tmp_path):
+    """docs/paper-cpu/ (the run of studies/paper-cpu.toml from an empty directory): its 89 cells are the ones the
+    preset plans today (fingerprints), and study.json's training tables, gates and verdicts and study.md follow
+    from the committed cell results (cells.tar.gz) by the study's own code, with no cell played again."""
+    import tarfile
+
+    committed = json.loads((COMMITTED_RUN / "study.json").read_text())
+    config = load_config(PRESET, out=tmp_path)
+    planned = study.plan(config)
+    assert {c.id: c.fingerprint for c in planned} == {k: v["fingerprint"] for k, v in committed["cells"].items()}
+    with tarfile.open(COMMITTED_RUN / "cells.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    study.run(config, out=tmp_path, progress=False)
+    fresh = json.loads((tmp_path / "study.json").read_text())
+    assert (fresh["run"]["cached"], fresh["run"]["executed"]) == (89, 0)
+    assert fresh["training"] == committed["training"]
+    # the report differs only in its last line (this re-derivation's wall time and load)
+    old_md, new_md = ((d / "study.md").read_text().splitlines() for d in (COMMITTED_RUN, tmp_path))
+    assert old_md[:-1] == new_md[:-1] and old_md[-1].startswith("Cells: 89 (89 run now")
+    summary = committed["training"]["summary"]
+    assert summary["comparable_settings"] == sum(s["comparable"] for s in committed["training"]["settings"])
