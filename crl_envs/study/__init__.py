@@ -75,7 +75,7 @@ from typing import Any
 from crl_envs.study.cells import TableInputs, cell_kinds
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
 from crl_envs.study.costs import add_to_settings
-from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate, training_design
+from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate, sequential_plan, training_design
 from crl_envs.study.scheduler import environment, load_result, run_cells
 from crl_envs.study.stats import training_tables, valuation_tables
 from crl_envs.study.tables import design_markdown, markdown, plots
@@ -146,9 +146,30 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
     from crl_envs.study.walltime import format_wall, wall_estimate
 
     lines.append(format_wall(wall_estimate(config, planned)))
+    lines += _sequential_lines(sequential_plan(config, planned))
     trained = training_design(config)
     power = design_markdown(design(config), trained) + _setting_sd_sensitivity(config, trained)
     return "\n".join(lines + ([""] + power if power else []))
+
+
+def _sequential_lines(pools: list[dict[str, Any]]) -> list[str]:
+    """The dry run's lines for ``[valuation.sequential]``: per pool the most evaluations and the measured saving."""
+    if not pools:
+        return []
+    lines = [f"sequential design ([valuation.sequential], looks at {'/'.join(map(str, pools[0]['looks']))} questions): "
+             f"the costs and wall time above are its maximum (every setting to its last look)"]
+    for p in pools:
+        head = (f"  {p['pool']} ({p['n']} models, {p['settings']} settings): at most {p['max_evaluations']:,.0f} "
+                f"question x coalition evaluations")
+        s = p["saving"]
+        if s is None:
+            lines.append(f"{head}; no saving measured for this design at {p['n']} models (measure it: python "
+                         f"benchmarks/sequential_verdicts.py --sizes {p['n']}, with this design in its DESIGNS)")
+            continue
+        lines.append(f"{head}; measured saving for this design at {p['n']} models (benchmarks/sequential_verdicts.py, "
+                     f"1,000 planted graded settings per tau): " + ", ".join(
+                         f"{x:.2f}x at tau {t:g} (~{p['max_evaluations'] / x:,.0f})" for t, x in sorted(s.items())))
+    return lines
 
 
 #: The settings' SDs (fractions) at which the dry run restates the training power: the one planting figure no
@@ -312,6 +333,8 @@ def _config_dict(config: StudyConfig) -> dict[str, Any]:
          "sampling": config.sampling, "executor": asdict(config.executor)}
     if config.valuation is not None:
         d["valuation"] = asdict(config.valuation)
+        if d["valuation"]["sequential"] is None:  # a config without the table: study.json as before it existed
+            del d["valuation"]["sequential"]
     if config.training is not None:
         d["training"] = asdict(config.training)
     return d
