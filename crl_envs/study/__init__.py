@@ -19,7 +19,9 @@ with ``ci``, or ``skipped`` with the reason)), ``valuation.summary`` (``counts``
 ``families`` and per (pool, family) under ``pool_families`` a pooled verdict), ``valuation.design`` (what
 the design can show, as the dry run printed it: per pool and question count the smallest attainable p and the
 power of the verdict to call coupled at tau 0.5 and decoupled at tau 0, per planted spacing, with Monte Carlo SEs),
-``training.design`` (the summary's power for a +2-point C-RL - placebo difference), ``training.settings``
+with ``[valuation.sequential]`` per setting ``sequential`` (the design's verdict, the look it came at, questions
+used, how it stopped, question x coalition evaluations and the fixed design's) and their totals under
+``valuation.summary.sequential``, ``training.design`` (the summary's power for a +2-point C-RL - placebo difference), ``training.settings``
 (one per setup x task: ``protocol``, ``task``, ``seeds``, ``budget``,
 per-trainer ``delta`` with ``ci`` and ``per_seed``/``per_seed_ci``, ``learner_alone`` (the learner's own
 accuracy ``before`` and ``after`` per trainer and seed, and its ``delta``; with several learners
@@ -97,7 +99,9 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
     attainable p and the power of the verdict to call coupled at tau 0.5 and decoupled at tau 0; the training
     summary's power for a +2-point C-RL - placebo difference). With
     ``probe``, per training setting the probe's numbers and choice (:func:`crl_envs.study.probe.setting_probe`:
-    seconds per setting on the zoo); and the estimated wall time (:func:`crl_envs.study.walltime.wall_estimate`)."""
+    seconds per setting on the zoo); and the estimated wall time (:func:`crl_envs.study.walltime.wall_estimate`);
+    with ``[valuation.sequential]``, per pool the most question x coalition evaluations and the saving measured
+    for its design (:func:`crl_envs.study.plan.sequential_plan`)."""
     rows = defaultdict(lambda: {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0})
     for c in planned:
         r = rows[c.kind]
