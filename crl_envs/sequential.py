@@ -84,6 +84,28 @@ from crl_kit.errors import ConfigError
 SPENDING_FUNCTIONS = ("pocock", "obrien-fleming", "power:RHO")
 #: A look decides a setting with one of these verdicts; any other leaves it open until the last look.
 DECIDED = ("coupled", "decoupled")
+#: What benchmarks/sequential_verdicts.py measured (the module docstring's figures, 2026-12-07, 1,000 planted graded
+#: settings per tau): ``(models, looks, coupled_spending, decoupled_spending, futility_tau, alpha, decoupled_alpha,
+#: delta)`` -> ``{tau: fixed-design question x coalition evaluations over the sequential design's}``. Only designs
+#: that were measured are here; a study's dry run states these and nothing else (:func:`measured_saving`).
+MEASURED_SAVINGS: dict[tuple, dict[float, float]] = {
+    (8, (50, 100, 150, 200), "power:4", "obrien-fleming", 0.3, 0.05, 0.05, 0.3): {0.0: 2.59, 0.5: 1.36, 0.9: 1.43},
+    (16, (50, 100, 150, 200), "power:4", "obrien-fleming", 0.15, 0.05, 0.05, 0.3): {0.0: 2.56, 0.5: 1.35, 0.9: 2.85},
+}
+
+
+def measured_saving(design: SequentialDesign, models: int) -> dict[float, float] | None:
+    """The savings :data:`MEASURED_SAVINGS` holds for ``design`` with ``models`` models (``None``: never measured).
+
+    Example:
+        >>> measured_saving(SequentialDesign(coupled_spending="power:4", futility_tau=0.15), 16)
+        {0.0: 2.56, 0.5: 1.35, 0.9: 2.85}
+        >>> measured_saving(SequentialDesign(), 16) is None
+        True
+    """
+    key = (models, design.looks, design.coupled_spending, design.decoupled_spending, design.futility_tau,
+           design.alpha, design.decoupled_alpha, design.delta)
+    return MEASURED_SAVINGS.get(key)
 
 
 def spending(alpha: float, fractions: Sequence[float], function: str = "pocock") -> tuple[float, ...]:
@@ -248,11 +270,24 @@ def sequential_verdict(individual: np.ndarray, compositional: np.ndarray, exampl
     for k in range(len(design.looks)):
         look = read_look(x, y, example_ids, design, k)
         trace.append(look)
-        if look["verdict"] in DECIDED:
-            return SequentialResult(look["verdict"], k, look["questions"], "decided", trace)
-        if look["futile"]:
-            return SequentialResult("inconclusive", k, look["questions"], "futility", trace)
-    return SequentialResult(trace[-1]["verdict"], len(trace) - 1, trace[-1]["questions"], "last look", trace)
+        result = stop(trace, design)
+        if result is not None:
+            return result
+    raise AssertionError("the last look always stops")  # pragma: no cover
+
+
+def stop(trace: Sequence[dict[str, Any]], design: SequentialDesign) -> SequentialResult | None:
+    """The setting's result if it stops after the last look of ``trace`` (:func:`read_look`'s, in order): decided
+    (``coupled`` or ``decoupled``), futile (``inconclusive``) or at the design's last look; ``None``: it goes on.
+    The one stopping rule: :func:`sequential_verdict` and a study that plays look by look both ask it."""
+    k, look = len(trace) - 1, trace[-1]
+    if look["verdict"] in DECIDED:
+        return SequentialResult(look["verdict"], k, look["questions"], "decided", list(trace))
+    if look["futile"]:
+        return SequentialResult("inconclusive", k, look["questions"], "futility", list(trace))
+    if k == len(design.looks) - 1:
+        return SequentialResult(look["verdict"], k, look["questions"], "last look", list(trace))
+    return None
 
 
 def reallocate(used: Sequence[int], undecided: Sequence[bool], *, budget: int, cap: int, batch: int) -> list[int]:

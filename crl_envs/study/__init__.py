@@ -19,7 +19,9 @@ with ``ci``, or ``skipped`` with the reason)), ``valuation.summary`` (``counts``
 ``families`` and per (pool, family) under ``pool_families`` a pooled verdict), ``valuation.design`` (what
 the design can show, as the dry run printed it: per pool and question count the smallest attainable p and the
 power of the verdict to call coupled at tau 0.5 and decoupled at tau 0, per planted spacing, with Monte Carlo SEs),
-``training.design`` (the summary's power for a +2-point C-RL - placebo difference), ``training.settings``
+with ``[valuation.sequential]`` per setting ``sequential`` (the design's verdict, the look it came at, questions
+used, how it stopped, question x coalition evaluations and the fixed design's) and their totals under
+``valuation.summary.sequential``, ``training.design`` (the summary's power for a +2-point C-RL - placebo difference), ``training.settings``
 (one per setup x task: ``protocol``, ``task``, ``seeds``, ``budget``,
 per-trainer ``delta`` with ``ci`` and ``per_seed``/``per_seed_ci``, ``learner_alone`` (the learner's own
 accuracy ``before`` and ``after`` per trainer and seed, and its ``delta``; with several learners
@@ -75,7 +77,7 @@ from typing import Any
 from crl_envs.study.cells import TableInputs, cell_kinds
 from crl_envs.study.config import StudyConfig, StudyConfigError, load_config
 from crl_envs.study.costs import add_to_settings
-from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate, training_design
+from crl_envs.study.plan import CELL_VERSION, Cell, cells, design, estimate, sequential_plan, training_design
 from crl_envs.study.scheduler import environment, load_result, run_cells
 from crl_envs.study.stats import training_tables, valuation_tables
 from crl_envs.study.tables import design_markdown, markdown, plots
@@ -97,7 +99,9 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
     attainable p and the power of the verdict to call coupled at tau 0.5 and decoupled at tau 0; the training
     summary's power for a +2-point C-RL - placebo difference). With
     ``probe``, per training setting the probe's numbers and choice (:func:`crl_envs.study.probe.setting_probe`:
-    seconds per setting on the zoo); and the estimated wall time (:func:`crl_envs.study.walltime.wall_estimate`)."""
+    seconds per setting on the zoo); and the estimated wall time (:func:`crl_envs.study.walltime.wall_estimate`);
+    with ``[valuation.sequential]``, per pool the most question x coalition evaluations and the saving measured
+    for its design (:func:`crl_envs.study.plan.sequential_plan`)."""
     rows = defaultdict(lambda: {"cells": 0, "done": 0, "runs": 0.0, "episodes": 0.0, "calls": 0.0, "tokens": 0.0})
     for c in planned:
         r = rows[c.kind]
@@ -146,9 +150,30 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
     from crl_envs.study.walltime import format_wall, wall_estimate
 
     lines.append(format_wall(wall_estimate(config, planned)))
+    lines += _sequential_lines(sequential_plan(config, planned))
     trained = training_design(config)
     power = design_markdown(design(config), trained) + _setting_sd_sensitivity(config, trained)
     return "\n".join(lines + ([""] + power if power else []))
+
+
+def _sequential_lines(pools: list[dict[str, Any]]) -> list[str]:
+    """The dry run's lines for ``[valuation.sequential]``: per pool the most evaluations and the measured saving."""
+    if not pools:
+        return []
+    lines = [f"sequential design ([valuation.sequential], looks at {'/'.join(map(str, pools[0]['looks']))} questions): "
+             f"the costs and wall time above are its maximum (every setting to its last look)"]
+    for p in pools:
+        head = (f"  {p['pool']} ({p['n']} models, {p['settings']} settings): at most {p['max_evaluations']:,.0f} "
+                f"question x coalition evaluations")
+        s = p["saving"]
+        if s is None:
+            lines.append(f"{head}; no saving measured for this design at {p['n']} models (measure it: python "
+                         f"benchmarks/sequential_verdicts.py --sizes {p['n']}, with this design in its DESIGNS)")
+            continue
+        lines.append(f"{head}; measured saving for this design at {p['n']} models (benchmarks/sequential_verdicts.py, "
+                     f"1,000 planted graded settings per tau): " + ", ".join(
+                         f"{x:.2f}x at tau {t:g} (~{p['max_evaluations'] / x:,.0f})" for t, x in sorted(s.items())))
+    return lines
 
 
 #: The settings' SDs (fractions) at which the dry run restates the training power: the one planting figure no
@@ -312,6 +337,8 @@ def _config_dict(config: StudyConfig) -> dict[str, Any]:
          "sampling": config.sampling, "executor": asdict(config.executor)}
     if config.valuation is not None:
         d["valuation"] = asdict(config.valuation)
+        if d["valuation"]["sequential"] is None:  # a config without the table: study.json as before it existed
+            del d["valuation"]["sequential"]
     if config.training is not None:
         d["training"] = asdict(config.training)
     return d

@@ -274,6 +274,7 @@ def option_reference() -> str:
     sections = [("[study]", StudyConfig, ()), ("[pools] scripted member {...}", ScriptedMember, ()),
                 ("[tasks.<label>]", TaskConfig, ()), ("[protocols.<label>]", ProtocolConfig, ()),
                 ("[valuation]", ValuationConfig, ()), ("[valuation] estimator = {...}", EstimatorRule, ()),
+                ("[valuation.sequential]", SequentialConfig, ()),
                 ("[training]", TrainingConfig, SETUP_DEFAULTS), ("[training.setups.<label>]", SetupConfig, ()),
                 ("[training.lr_rule]", LearningRateRule, ()), ("[sampling]", SamplingOptions, ()),
                 ("[executor]", ExecutorConfig, ())]
@@ -373,6 +374,58 @@ class EstimatorRule:
 
     exact_up_to: int = option("pools of at most this many models are valued exactly", "int", 8, low=1, example="8")
     larger: str = option("the estimator of larger pools (crl_envs.valuation.estimators.ESTIMATORS)", "any", "loo")
+    computed: str | None = option("the estimator of protocols whose coalitions are computed from the members' answers "
+                                  "(vote), whatever the pool's size, e.g. \"exact\" (up to 16 models); unset: as the "
+                                  "others")
+
+
+def _design_default(name: str) -> Any:
+    """A default :class:`crl_envs.sequential.SequentialDesign` declares (asked when a config is read, not copied)."""
+    def default() -> Any:
+        from crl_envs.sequential import SequentialDesign
+
+        value = next(f for f in fields(SequentialDesign) if f.name == name).default
+        return list(value) if isinstance(value, tuple) else value
+
+    default.__qualname__ = f"SequentialDesign.{name}"
+    return default
+
+
+@dataclass(frozen=True, kw_only=True)
+class SequentialConfig:
+    """``[valuation.sequential]``: play each setting's questions look by look and stop it when its verdict is
+    decided (:class:`crl_envs.sequential.SequentialDesign`, which owns the rules; its levels are ``[valuation]``'s
+    ``alpha`` for both verdicts, its margin ``delta``, its resamples ``bootstrap_resamples``). Without the table
+    every setting plays all its questions at once."""
+
+    looks: list[int] = option("cumulative questions at each look, increasing; the last is every valued task's n",
+                              "any", _design_default("looks"))
+    coupled_spending: str = option("how coupled's alpha is spent over the looks (crl_envs.sequential.SPENDING_FUNCTIONS:"
+                                   " pocock, obrien-fleming, power:RHO)", "str", _design_default("coupled_spending"))
+    decoupled_spending: str = option("how decoupled's alpha is spent over the looks (as coupled_spending)", "str",
+                                     _design_default("decoupled_spending"))
+    futility_tau: float | None = option("stop inconclusive before the last look when the cross-fit tau is below this and "
+                                        "decoupled is out of reach (non-binding; unset: no futility stop)", "number",
+                                        _design_default("futility_tau"), low=-1.0, high=1.0, example="0.15",
+                                        nullable=True)
+
+    def __post_init__(self) -> None:
+        looks = self.looks
+        if not isinstance(looks, list) or not looks or any(isinstance(k, bool) or not isinstance(k, int) for k in looks):
+            raise _error("valuation.sequential.looks", f"must be a list of question counts, e.g. [50, 100, 150, 200], "
+                                                       f"got {looks!r}")
+        try:
+            self.design(alpha=0.05, delta=0.3, resamples=1, seed=0)  # the design's own checks, before any work
+        except ConfigError as e:
+            raise _error("valuation.sequential", str(e)) from None
+
+    def design(self, *, alpha: float, delta: float, resamples: int, seed: int):
+        """The :class:`crl_envs.sequential.SequentialDesign` of one setting at the study's levels."""
+        from crl_envs.sequential import SequentialDesign
+
+        return SequentialDesign(looks=tuple(self.looks), alpha=alpha, decoupled_alpha=alpha, delta=delta,
+                                coupled_spending=self.coupled_spending, decoupled_spending=self.decoupled_spending,
+                                futility_tau=self.futility_tau, resamples=resamples, seed=seed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -399,6 +452,10 @@ class ValuationConfig:
     #: pool label -> its tasks (default: tasks)
     pool_tasks: dict[str, list[str]] = option("pool label = the tasks it is valued on (default: every valued task)",
                                               "table", {})
+    #: [valuation.sequential], or None: every setting plays all its questions at once
+    sequential: SequentialConfig | None = option("[valuation.sequential]: questions played look by look, a setting "
+                                                 "stopped when its verdict is decided (see below; unset: all at once)",
+                                                 "table", None)
 
     def tasks_of(self, pool: str) -> list[str]:
         """The tasks pool ``pool`` is valued on: its ``pool_tasks`` entry, else ``tasks``."""
@@ -703,6 +760,10 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
     if isinstance(estimator, Mapping):
         estimator = _read("valuation.estimator", estimator, options_of(EstimatorRule))
         names = [estimator["larger"]]
+        if estimator["computed"] is None:  # unset: the rule as it was before the key existed (cells keep fingerprints)
+            del estimator["computed"]
+        else:
+            names.append(estimator["computed"])
     else:
         names = [estimator]
     for e in names:
@@ -717,9 +778,23 @@ def _valuation(spec: dict[str, Any], pools, protocols, tasks) -> ValuationConfig
         if pool not in valued:
             raise _error(f"valuation.pool_tasks.{pool}", f"is not a valued pool; valued pools: {', '.join(valued)}")
         pool_tasks[pool] = _labels(f"valuation.pool_tasks.{pool}", listed, tasks, "task")
+    valued_tasks = _labels("valuation.tasks", v["tasks"], tasks, "task")
+    sequential = None if v["sequential"] is None else \
+        _sequential(v["sequential"], {t: tasks[t] for p in valued for t in pool_tasks.get(p, valued_tasks)})
     return ValuationConfig(**{**v, "estimator": estimator, "pools": valued, "protocols": chosen, "pool_tasks": pool_tasks,
                               "families": _families(v["families"], {p: protocols[p] for p in chosen}),
-                              "tasks": _labels("valuation.tasks", v["tasks"], tasks, "task")})
+                              "tasks": valued_tasks, "sequential": sequential})
+
+
+def _sequential(spec: dict[str, Any], tasks: Mapping[str, TaskConfig]) -> SequentialConfig:
+    """``[valuation.sequential]``, its last look the question count of every valued task."""
+    seq = SequentialConfig(**_read("valuation.sequential", spec, options_of(SequentialConfig)))
+    for label, task in tasks.items():
+        if task.n != seq.looks[-1]:
+            raise _error("valuation.sequential.looks", f"the last look ({seq.looks[-1]}) must be the question count of "
+                                                       f"every valued task, but tasks.{label}.n is {task.n}; end the "
+                                                       f"looks at {task.n} or set its n to {seq.looks[-1]}")
+    return seq
 
 
 def _check_budget(budget: int | None, names: list[str]) -> None:

@@ -38,8 +38,8 @@ STAGE = {k.kind: k.stage for k in cell_kinds() if k.stage != 1}
 
 # names other modules and tests import from here
 _substitute = substitute
-__all__ = ["CELL_VERSION", "KINDS", "STAGE", "Cell", "cells", "design", "estimate", "trainer_credit",
-           "training_design"]
+__all__ = ["CELL_VERSION", "KINDS", "STAGE", "Cell", "cells", "design", "estimate", "sequential_plan",
+           "trainer_credit", "training_design"]
 
 
 class _Planner:
@@ -120,6 +120,31 @@ def design(config: StudyConfig) -> dict[str, Any] | None:
     return valuation_design([(pool, sizes[pool], config.tasks[task].n) for pool in v.pools for task in v.tasks_of(pool)
                              for _ in range(len(v.protocols) * len(v.seeds))],
                             alpha=v.alpha, delta=v.delta, resamples=v.bootstrap_resamples)
+
+
+def sequential_plan(config: StudyConfig, planned: list[Cell]) -> list[dict[str, Any]]:
+    """Per valued pool under ``[valuation.sequential]``: its settings, the question x coalition evaluations they
+    may use at most (every setting to its last look) and the saving :func:`crl_envs.sequential.measured_saving`
+    holds for its design and size (``None``: never measured). Empty without the table."""
+    from crl_envs.sequential import measured_saving
+
+    v = config.valuation
+    if v is None or v.sequential is None:
+        return []
+    pools: dict[str, dict[str, Any]] = {}
+    for cell in planned:
+        if cell.kind != "valuation":
+            continue
+        n = pool_size(cell.spec.pool)
+        kind, budget = cell.estimator_kind(n)
+        coalitions = sum(kind.coalitions_per_size(n, budget).values())
+        design_ = cell.spec.design()
+        entry = pools.setdefault(cell.spec.pool_label, {"pool": cell.spec.pool_label, "n": n, "settings": 0,
+                                                        "looks": list(design_.looks), "max_evaluations": 0.0,
+                                                        "saving": measured_saving(design_, n)})
+        entry["settings"] += 1
+        entry["max_evaluations"] += design_.looks[-1] * coalitions
+    return list(pools.values())
 
 
 #: The C-RL - placebo difference whose power the training design states (fractions: +2 points).

@@ -23,6 +23,11 @@ Valuation (one setting = pool x protocol x task x seed):
   disagree), and the mean same-question tau beside it;
 - counts of each verdict (settings with a design that cannot reject are ``untestable``, never counted
   as uncorrelated);
+- with ``[valuation.sequential]``: a setting's ``verdict`` is the sequential design's (:mod:`crl_envs.sequential`,
+  at the look that decided it, each look at its spent level; ``measures`` keep each measure's read on the questions
+  used at the full ``alpha``, not a verdict of the design), ``sequential`` per setting says the look, questions
+  used, how it stopped and its question x coalition evaluations, and ``summary.sequential`` totals them against
+  the fixed design (:func:`sequential_summary`);
 - LOO vs Shapley: their rank agreement (tau-b, exact p) and LOO's error against exact Shapley;
 - the design (:func:`valuation_design`, the one the dry run prints): per pool and question count ``n``, its
   smallest attainable p and the power of the verdict itself to call "coupled" at population tau 0.5 and
@@ -166,7 +171,19 @@ def valuation_tables(cells: Sequence[Mapping[str, Any]], alpha: float = 0.05, *,
             "max_abs_error": float(np.max([a["max_abs_error"] for a in agree])),
         },
     }
+    played = [st["sequential"] for st in settings if "sequential" in st]
+    if played:
+        summary["sequential"] = sequential_summary(played)
     return {"settings": settings, "summary": summary}
+
+
+def sequential_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the sequential design spent over its settings: questions, question x coalition evaluations against
+    the fixed design's (every setting to its last look) and how the settings stopped."""
+    used, fixed = sum(r["evaluations"] for r in records), sum(r["fixed_evaluations"] for r in records)
+    return {"settings": len(records), "questions": sum(r["questions"] for r in records),
+            "fixed_questions": sum(r["looks"][-1] for r in records), "evaluations": used, "fixed_evaluations": fixed,
+            "saving": fixed / used if used else None, "stopped": dict(Counter(r["stopped"] for r in records))}
 
 
 def _valuation_setting(cell: Mapping[str, Any], *, alpha: float, delta: float, families: Mapping[str, str] | None,
@@ -202,6 +219,11 @@ def _valuation_setting(cell: Mapping[str, Any], *, alpha: float, delta: float, f
         **per_model, "ci": ci, "compositional": comp, "statistic": CROSS_FIT, **tests[comp],
         "measures": tests,
     }
+    seq = cell.get("sequential")
+    if seq is not None:  # played look by look: the verdict is the design's, at the look that decided it
+        entry["verdict"] = seq["verdict"]
+        entry["sequential"] = {k: seq[k] for k in ("verdict", "look", "questions", "stopped", "looks", "coalitions",
+                                                    "evaluations", "fixed_evaluations")}
     if report.shapley is not None and report.estimator == "exact":
         agree = correlation(report.loo.means, report.shapley.means)
         err = np.abs(report.loo.means - report.shapley.means)

@@ -126,7 +126,30 @@ def valuation_markdown(tables: Mapping[str, Any]) -> str:
                      f"{st['system']:.3f} | {models} | {' | '.join(taus)} | {_f(st['p_value'], '.3g')} "
                      f"({st['min_p_value']:.3g}) | {st['verdict']} | "
                      f"{_f(st['measures'][st['compositional']]['same_questions']['kendall_tau'], '+.2f')} |")
+    if s.get("sequential"):
+        lines += ["", *sequential_markdown(tables["settings"], s["sequential"])]
     return "\n".join(lines)
+
+
+def sequential_markdown(settings: list[Mapping[str, Any]], total: Mapping[str, Any]) -> list[str]:
+    """Per sequential setting the questions used and the look its verdict came at; then the question x coalition
+    evaluations of all of them against the fixed design's."""
+    lines = ["Sequential design ([valuation.sequential], crl_envs.sequential): each setting played look by look, "
+             "stopped when its verdict was decided.", "",
+             "| pool | protocol | task | verdict | look | questions used | stopped | evaluations (fixed) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for st in settings:
+        q = st.get("sequential")
+        if q:
+            lines.append(f"| {st['pool']} | {st['protocol']} | {st['task']} | {q['verdict']} | {q['look'] + 1} of "
+                         f"{len(q['looks'])} | {q['questions']} of {q['looks'][-1]} | {q['stopped']} | "
+                         f"{q['evaluations']:,} ({q['fixed_evaluations']:,}) |")
+    saving = f"{total['saving']:.2f}x fewer" if total["saving"] else "none"
+    lines += ["", f"Question x coalition evaluations: {total['evaluations']:,} against the fixed design's "
+                  f"{total['fixed_evaluations']:,} ({saving}); questions {total['questions']:,} of "
+                  f"{total['fixed_questions']:,} over {total['settings']} settings; stopped: "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(total["stopped"].items())) + "."]
+    return lines
 
 
 def _ci_pts(ci: Any, estimate: Any) -> str:

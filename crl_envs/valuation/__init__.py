@@ -156,7 +156,62 @@ def evaluate(
         names=[game.pool.name_of(a) for a in game.ids], example_ids=list(game.example_ids),
         system=values[(1 << game.n) - 1], empty_value=game.empty_value, samples=samples, seed=seed, budget=budget,
         ci_level=ci_level, bootstrap_resamples=bootstrap_resamples, cost_lambda=cost_lambda, interactions=found,
-        **_runs(ran, plan, singles, alone, game), **_measures(est, game, alone.table(singles), values, spends, cost_lambda))
+        **_runs(ran, plan, singles, alone, game),
+        **_measures(est, list(game.ids), game.protocol_name, alone.table(singles), values, spends, cost_lambda))
+
+
+def concatenate(reports: Sequence[ValuationReport]) -> ValuationReport:
+    """One report over the questions of ``reports`` (in order): what :func:`evaluate` gives on their union, from
+    the coalition tables they carry (each measure recomputed by the same estimator from every coalition's values
+    over all the questions, so a sampled estimator's draws are those of the union). Run counts add up. A study
+    that plays its questions in batches (:mod:`crl_envs.sequential`) values each batch with :func:`evaluate` (the
+    coalition cache keeps each batch) and reads the questions so far as one report.
+
+    Raises:
+        ValueError: no reports; reports of other models, protocols, estimators or settings; shared questions; a
+            report without its coalition table, or with interactions or a cost trade-off.
+    """
+    import numpy as np
+
+    from crl_envs.valuation.estimators import estimator
+    from crl_envs.valuation.report import Measure, ValuationReport
+    from crl_envs.valuation.spend import FIELDS, Spend
+
+    if not reports:
+        raise ConfigError("concatenate needs at least one report")
+    first = reports[0]
+    same = ("protocol", "task", "ids", "names", "estimator", "samples", "seed", "budget", "empty_value", "ci_level",
+            "bootstrap_resamples")
+    for r in reports[1:]:
+        differ = [k for k in same if getattr(r, k) != getattr(first, k)]
+        if differ:
+            raise ConfigError(f"concatenate: the reports differ in {', '.join(differ)}; concatenate one setting's batches")
+    questions = [q for r in reports for q in r.example_ids]
+    if len(set(questions)) != len(questions):
+        raise ConfigError("concatenate: the reports share questions; pass disjoint batches of one task")
+    if any(r.coalition_costs is None or r.interactions is not None or r.cost_lambda is not None for r in reports):
+        raise ConfigError("concatenate needs reports with their coalition table and no interactions or cost_lambda "
+                          "(evaluate's defaults)")
+    masks = first.coalition_costs.masks
+    if any(r.coalition_costs.masks != masks for r in reports):
+        raise ConfigError("concatenate: the reports played other coalitions; value every batch with one estimator")
+    values = {m: np.concatenate([r.coalition_costs.values[j] for r in reports]) for j, m in enumerate(masks)}
+    spends = {m: Spend(*(np.concatenate([getattr(r.coalition_costs.spends[j], f) for r in reports]) for f in FIELDS))
+              for j, m in enumerate(masks)}
+    n = len(first.ids)
+    values[0], spends[0] = np.full(len(questions), first.empty_value), Spend.zero(len(questions))
+    # computed=True lifts only exact's size limit for played games: the coalitions are already in the tables
+    est = estimator(first.estimator, n, budget=first.budget, seed=first.seed, computed=True)
+    individual = np.concatenate([r.individual.per_question for r in reports], axis=1)
+    measures = _measures(est, list(first.ids), first.protocol, individual, values, spends, None)
+    measures["individual"] = Measure("individual", list(first.ids), individual)
+    counts = {k: sum(getattr(r, k) for r in reports)
+              for k in ("system_evaluations", "individual_evaluations", "cached_evaluations")}
+    return ValuationReport(
+        protocol=first.protocol, task=first.task, ids=list(first.ids), estimator=first.estimator,
+        names=list(first.names), example_ids=questions, system=values[(1 << n) - 1], empty_value=first.empty_value,
+        samples=first.samples, seed=first.seed, budget=first.budget, ci_level=first.ci_level,
+        bootstrap_resamples=first.bootstrap_resamples, coalitions=first.coalitions, **counts, **measures)
 
 
 def _check_options(samples: int, seed: int, permutation_seed: int | None, ci_level: float, bootstrap_resamples: int,
@@ -206,16 +261,14 @@ def _runs(ran: list, plan: list[int], singles: list[int], alone: CoalitionGame, 
             "coalitions": len(played), "cached_evaluations": needed - len(ran)}
 
 
-def _measures(est: Estimator, game: CoalitionGame, individual: Any, values: dict[int, Any], spends: dict[int, Any],
-              cost_lambda: float | None) -> dict[str, Any]:
+def _measures(est: Estimator, ids: list[str], protocol_name: str, individual: Any, values: dict[int, Any],
+              spends: dict[int, Any], cost_lambda: float | None) -> dict[str, Any]:
     """The report's measures: each of the estimator's on the game, its compositional one on the cost game
     ``c(S)`` (1k tokens per question) and, with ``cost_lambda``, on the trade-off game, and the coalition costs."""
     import numpy as np
 
     from crl_envs.valuation.report import Measure
     from crl_envs.valuation.spend import CoalitionCosts
-
-    ids = list(game.ids)
 
     def measure(name: str, which: str, game_values: dict[int, Any]) -> Measure:
         per_question, draws = est.estimate(game_values, which)
@@ -227,13 +280,14 @@ def _measures(est: Estimator, game: CoalitionGame, individual: Any, values: dict
     if cost_lambda is not None:
         out["tradeoff"] = measure("tradeoff", est.compositional, {m: values[m] - cost_lambda * tokens[m] for m in values})
     played = [m for m in values if m]
-    out["coalition_costs"] = CoalitionCosts(game.protocol_name, ids, played, np.stack([values[m] for m in played]),
+    out["coalition_costs"] = CoalitionCosts(protocol_name, ids, played, np.stack([values[m] for m in played]),
                                             [spends[m] for m in played])
     return {"shapley": None, "banzhaf": None, "tradeoff": None, **out}
 
 
 __all__ = [
-    "evaluate", "ESTIMATORS", "CoalitionGame", "aggregate_scores", "ValuationReport", "Measure", "Correlation", "correlation",
+    "evaluate", "concatenate", "ESTIMATORS", "CoalitionGame", "aggregate_scores", "ValuationReport", "Measure",
+    "Correlation", "correlation",
     "pooled_test", "PooledTest", "shapley_weights", "banzhaf_weights", "loo_weights", "permutation_weights",
     "sample_permutations", "exact_masks", "mask_of", "members_of", "default_cache_dir", "MAX_EXACT_PLAYERS",
     "individual_game", "permutation_draws", "Executor", "LocalExecutor", "ProcessExecutor", "RayExecutor",

@@ -203,17 +203,24 @@ def exact_masks(n: int) -> list[int]:
     return list(range(1 << n))
 
 
-def estimator_for(n: int, estimator: str | Mapping[str, Any]) -> str:
+def estimator_for(n: int, estimator: str | Mapping[str, Any], *, computed: bool = False) -> str:
     """The estimator for a pool of ``n`` models: ``estimator`` itself, or, for a rule
     ``{"exact_up_to": k, "larger": name}`` (a study's ``[valuation] estimator``), ``"exact"`` up to ``k``
-    models and ``name`` above. The one place the rule is written (the config, the plan and the cells read it).
+    models and ``name`` above; a rule's ``"computed"`` estimator, where it names one, for a game whose coalitions
+    are ``computed`` from its members' answers (vote: exact costs no generation there). The one place the rule
+    is written (the config, the plan and the cells read it).
 
     >>> estimator_for(5, "loo"), estimator_for(5, {"exact_up_to": 6, "larger": "loo"}), \\
     ...     estimator_for(7, {"exact_up_to": 6, "larger": "loo"})
     ('loo', 'exact', 'loo')
+    >>> rule = {"exact_up_to": 8, "larger": "regression", "computed": "exact"}
+    >>> estimator_for(16, rule), estimator_for(16, rule, computed=True)
+    ('regression', 'exact')
     """
     if isinstance(estimator, str):
         return estimator
+    if computed and estimator.get("computed") is not None:
+        return estimator["computed"]
     return "exact" if n <= estimator["exact_up_to"] else estimator["larger"]
 
 

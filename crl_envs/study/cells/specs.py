@@ -135,9 +135,15 @@ class ValuationSpec(CellSpec):
     sampling: dict[str, Any] = spec_field("the models' sampling: {temperature, top_p, max_new_tokens}")
     ci_level: float = spec_field("the level of the values' bootstrap CIs")
     bootstrap_resamples: int = spec_field("question-bootstrap resamples")
+    sequential: dict[str, Any] | None = spec_field(
+        "the sequential design (crl_envs.sequential.SequentialDesign's fields): questions played look by look, the "
+        "setting stopped when its verdict is decided; None: all at once", absent_when_none=True)
 
     def check(self) -> None:
         self._pool()
+        if self.sequential is not None:
+            self._table("sequential", ())
+            self.design()  # the design's own checks (one line), before any work
         for name in ("pool_label", "protocol_label", "task_label"):
             self._label(name)
         self._table("protocol", ("protocol", "options"))
@@ -150,6 +156,22 @@ class ValuationSpec(CellSpec):
         level = finite_number(self.ci_level)
         if level is None or not 0 < level < 1:
             self._fail("ci_level", f"must be a number in (0, 1), got {self.ci_level!r}")
+
+    def design(self) -> Any:
+        """The :class:`crl_envs.sequential.SequentialDesign` of :attr:`sequential` (``None`` without one).
+
+        Raises:
+            ConfigError: a field the design does not have, or a value it refuses."""
+        if self.sequential is None:
+            return None
+        from crl_envs.sequential import SequentialDesign
+
+        names = [f.name for f in fields(SequentialDesign)]
+        unknown = [k for k in self.sequential if k not in names]
+        if unknown:
+            self._fail("sequential", f"has no field {unknown[0]!r}{did_you_mean(unknown[0], names)}; give "
+                                     f"SequentialDesign's fields only")
+        return SequentialDesign(**self.sequential)
 
 
 @dataclass(frozen=True, kw_only=True)
