@@ -68,8 +68,9 @@ class PilotConfig:
     tolerance: float = field(default=0.0, metadata=_help(
         "the fall in the learner's own validation accuracy that still counts as kept"))
     margin: float = field(default=0.02, metadata=_help(
-        "how far below the best kept validation system score a choice may be (about the SE of a score on n = 100 "
-        "questions halved: differences smaller than this are noise)"))
+        "how far below the best kept validation system score a choice may be (0.02: the +2-point difference the "
+        "comparison is powered for; on n = 100 validation questions a score's SE is about 0.05, so a smaller "
+        "difference is not one the pilot can see)"))
 
     def __post_init__(self) -> None:
         key = "study config: training.pilot"
