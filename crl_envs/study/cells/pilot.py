@@ -93,6 +93,8 @@ class PilotCell(TrainerCell):
     def run_trainer(self, spec: PilotSpec, context: CellContext) -> dict[str, Any]:
         """The fit, once, to ``spec.steps``; before it and at each checkpoint the learner alone and each system
         on the validation questions (never the eval split)."""
+        import torch
+
         import trainers
         from trainers.controls import zero_variance_share
 
@@ -113,8 +115,9 @@ class PilotCell(TrainerCell):
                 self.fits += 1
 
             def on_step_end(self, trainer: Any, metrics: dict[str, Any]) -> None:
-                if trainer.state.step in checkpoints:
-                    curve.append({"steps": trainer.state.step, **_scored(trainer, spec, questions)})
+                if trainer.state.step in checkpoints:  # greedy play; torch's generator left as the fit had it
+                    with torch.random.fork_rng(devices=[]):
+                        curve.append({"steps": trainer.state.step, **_scored(trainer, spec, questions)})
 
         hook = Checkpoints()
         trainer.callbacks.append(hook)
