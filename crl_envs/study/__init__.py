@@ -32,7 +32,8 @@ training partners, with unseen partners and their ``gap``), ``learner_collapse``
 without the learner on the same questions) and ``delta_vs_without_learner`` per trainer, ``vs_placebo`` per
 trainer, ``gates``, ``comparable`` and ``not_comparable`` (the reason), ``signals`` (zero-variance share, parse
 and verdict rates before and after)), ``training.lr_sweep`` (with ``[training.lr_rule]``: the rule, each swept
-rate's learner-alone score and the rate chosen per setting) and ``training.summary`` (``crl_vs`` per baseline,
+rate's learner-alone score and the rate chosen per setting), ``training.pilot`` (with ``[training.pilot]``: the rule,
+per setting its curve over rate x adapter x checkpoint and the steps, rate and adapter chosen) and ``training.summary`` (``crl_vs`` per baseline,
 over the comparable settings: ``not_comparable``, ``wins``, ``ties``, ``losses``,
 ``significant_wins`` (Holm across baselines), the ``across`` test over setting means (unit: the setting), the gain
 ``ratio`` with ``ci`` or why it is ``undefined``; per-trainer ``mean_gain`` and ``mean_learner_gain`` over the
@@ -129,8 +130,11 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
     if t is not None:
         rate = (lambda s: f"lr by [training.lr_rule] ({t.lr_rule.trainer} sweep over "
                           f"{', '.join(f'{x:g}' for x in t.lr_rule.candidates)}, {t.lr_rule.select})") \
-            if t.lr_rule is not None else (lambda s: f"lr {s.learning_rate:g}")
-        budgets = "; ".join(f"{k}: {s.steps} steps x {t.questions_per_step} questions x {t.num_generations} generations, "
+            if t.lr_rule is not None else (lambda s: "lr and adapter fixed by [training.pilot]") \
+            if t.pilot is not None else (lambda s: f"lr {s.learning_rate:g}")
+        steps = (lambda s: f"{s.steps} steps") if t.pilot is None else \
+            (lambda s: f"steps fixed by [training.pilot] (cost planned at its largest, {t.pilot.steps[-1]})")
+        budgets = "; ".join(f"{k}: {steps(s)} x {t.questions_per_step} questions x {t.num_generations} generations, "
                             f"{rate(s)}" for k, s in t.setups.items())
         lines.append(f"training: {', '.join(t.trainers)} x seeds {t.seeds}, every trainer with its setup's budget "
                      f"({budgets})" + ("" if len(t.seeds) >= 3 else "; fewer than 3 seeds: little power per setting"))
@@ -143,6 +147,8 @@ def describe_plan(config: StudyConfig, planned: list[Cell], *, probe: bool = Fal
             per = {c.spec.setup_label: c.cost for c in cross}
             lines.append("crossplay: per cell (each setting once on n_eval questions) " + "; ".join(
                 f"{k}: {c['episodes'] / t.n_eval:.0f} settings, {c['calls']:,.0f} model calls" for k, c in per.items()))
+        if t.pilot is not None:
+            lines += _pilot_lines(config, planned)
         if probe:
             from crl_envs.study.probe import probe_markdown, setting_probe
 
@@ -174,6 +180,25 @@ def _sequential_lines(pools: list[dict[str, Any]]) -> list[str]:
                      f"1,000 planted graded settings per tau): " + ", ".join(
                          f"{x:.2f}x at tau {t:g} (~{p['max_evaluations'] / x:,.0f})" for t, x in sorted(s.items())))
     return lines
+
+
+def _pilot_lines(config: StudyConfig, planned: list[Cell]) -> list[str]:
+    """The dry run's lines on ``[training.pilot]``: its cells, fits and checkpoints, and its estimated time."""
+    from crl_envs.study.walltime import wall_estimate
+
+    p = config.training.pilot
+    cells = [c for c in planned if c.kind == "pilot"]
+    groups = len({c.id.rsplit("/", 3)[0] for c in cells})
+    estimate = wall_estimate(config, cells)
+    wall = "" if estimate["seconds"] is None else f", about {estimate['seconds'] / 60:,.0f} wall minutes"
+    return [f"pilot: {len(cells)} cells = {groups} fit group(s) x {len(p.rates)} rates ({', '.join(f'{x:g}' for x in p.rates)}) "
+            f"x {len(p.adapters)} adapters ({', '.join(p.adapters)}) x {len(p.seeds)} seed(s) {list(p.seeds)}; {p.trainer}, "
+            f"one fit each to {p.steps[-1]} steps scored at {', '.join(str(k) for k in p.steps)} on {p.n} {p.split} "
+            f"questions (task seed {p.task_seed}), never the eval split; rule {p.select} (tolerance {p.tolerance:g}, "
+            f"margin {p.margin:g}), fixed before the comparison",
+            f"pilot estimated time: {estimate['cell_seconds'] / 60:,.0f} cell-minutes{wall} (stage 0, before every "
+            f"training cell; included in the wall time below); training cells' steps, rate and adapter are the "
+            f"pilot's choice, their cost planned at {p.steps[-1]} steps"]
 
 
 #: The settings' SDs (fractions) at which the dry run restates the training power: the one planting figure no
@@ -260,7 +285,11 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
         t = config.training
         chosen = {key[0]: r["learning_rate"] for key, by in runs.items() for seeds in by.values() for r in seeds.values()
                   if "learning_rate" in r}  # under [training.lr_rule]: the rate the sweep chose
-        budgets = {k: {"steps": s.steps, "learning_rate": chosen.get(k, s.learning_rate),
+        piloted = {key[0]: r for key, by in runs.items() for seeds in by.values() for r in seeds.values()
+                   if "pilot_choice" in r}  # under [training.pilot]: the steps and adapter it chose
+        budgets = {k: {"steps": piloted[k]["steps"] if k in piloted else s.steps,
+                       **({"adapter": piloted[k]["adapter"]} if k in piloted else {}),
+                       "learning_rate": chosen.get(k, s.learning_rate),
                        "questions_per_step": t.questions_per_step, "num_generations": t.num_generations}
                    for k, s in t.setups.items()}
         out["training"] = training_tables(baselines, runs, t.trainers, ci_level=t.ci_level, alpha=t.alpha,
@@ -270,7 +299,37 @@ def tables(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[
         out["training"]["design"] = training_design(config)
         if t.lr_rule is not None:  # the sweep and the choice, per setting (before any comparison)
             out["training"]["lr_sweep"] = lr_sweep_record(config, planned, results)
+        if t.pilot is not None:  # the pilot's curve and choice, per setting (before any comparison)
+            out["training"]["pilot"] = pilot_record(config, planned, results)
     return out
+
+
+def pilot_record(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """``[training.pilot]`` and, per setting, its curve (:func:`crl_envs.study.pilot.pilot_curve`: per rate x
+    adapter x checkpoint the learner's own and the system's validation scores) and the choice (the rule applied
+    to the curve, as every training cell of the setting resolved it), from the pilot cells that finished."""
+    from dataclasses import asdict
+
+    from crl_envs.study.gates import learner_kept
+    from crl_envs.study.pilot import choose_pilot, pilot_curve
+
+    p = config.training.pilot
+    by_fp = {c.fingerprint: results.get(c.id) for c in planned if c.kind == "pilot"}
+    settings = {}
+    for c in planned:
+        if c.kind != "training" or c.spec.pilot is None:
+            continue
+        key = f"{c.spec.setup_label}/{c.spec.task_label}"
+        if key in settings:
+            continue
+        done = [by_fp[x["fingerprint"]] for x in c.spec.pilot["cells"] if by_fp.get(x["fingerprint"])]
+        curve = [{**row, "kept": learner_kept(row["before"], row["after"], p.tolerance)}
+                 for row in (pilot_curve(done, c.spec.setup_label) if done else [])]
+        complete = len(done) == len(c.spec.pilot["cells"])
+        settings[key] = {"curve": curve, "fits": sum(r["fits"] for r in done), "cells": len(c.spec.pilot["cells"]),
+                         **(choose_pilot(curve, tolerance=p.tolerance, margin=p.margin, select=p.select)
+                            if curve and complete else {})}
+    return {"rule": {k: list(x) if isinstance(x, tuple) else x for k, x in asdict(p).items()}, "settings": settings}
 
 
 def lr_sweep_record(config: StudyConfig, planned: list[Cell], results: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
@@ -341,6 +400,8 @@ def _config_dict(config: StudyConfig) -> dict[str, Any]:
             del d["valuation"]["sequential"]
     if config.training is not None:
         d["training"] = asdict(config.training)
+        if config.training.pilot is None:  # a study without a pilot records the config it recorded before it
+            del d["training"]["pilot"]
     return d
 
 

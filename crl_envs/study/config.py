@@ -54,6 +54,10 @@ A config is a TOML file (``tomllib``) or the same structure as a dict. Every sec
     candidates = [1e-3, 1e-4, 3e-5]     #   comparison (crl_envs.study.gates.LearningRateRule): GRPO on its own
     select = "largest_kept"             #   seed, scored on questions of another split/seed, never the eval split
 
+    # [training.pilot]                  # or, instead of lr_rule (crl_envs.study.pilot.PilotConfig): one fit per
+    # steps = [20, 50, 100, 200]        #   rate x adapter x pilot seed to the largest checkpoint, scored at each
+    # rates = [1e-4, 3e-5, 1e-5]        #   on train-split questions; it fixes steps, rate and adapter
+
     [training.setups.judge-plurality]   # label = a protocol (a [protocols] label or a protocol name)
     protocol = "judge"
     options = {judge = "{learner}"}
@@ -270,13 +274,15 @@ def option_reference() -> str:
     """Every option of the study TOML as Markdown tables, one per section, generated from the declarations
     (docs/studies.md holds this text; a test keeps the two equal)."""
     from crl_envs.study.gates import LearningRateRule
+    from crl_envs.study.pilot import PilotConfig
 
     sections = [("[study]", StudyConfig, ()), ("[pools] scripted member {...}", ScriptedMember, ()),
                 ("[tasks.<label>]", TaskConfig, ()), ("[protocols.<label>]", ProtocolConfig, ()),
                 ("[valuation]", ValuationConfig, ()), ("[valuation] estimator = {...}", EstimatorRule, ()),
                 ("[valuation.sequential]", SequentialConfig, ()),
                 ("[training]", TrainingConfig, SETUP_DEFAULTS), ("[training.setups.<label>]", SetupConfig, ()),
-                ("[training.lr_rule]", LearningRateRule, ()), ("[sampling]", SamplingOptions, ()),
+                ("[training.lr_rule]", LearningRateRule, ()), ("[training.pilot]", PilotConfig, ()),
+                ("[sampling]", SamplingOptions, ()),
                 ("[executor]", ExecutorConfig, ())]
     lines = []
     for title, cls, borrowed in sections:
@@ -525,6 +531,9 @@ class TrainingConfig:
     #: ``[training.lr_rule]``: the learning rate chosen before the comparison by a sweep (None: the setups' rates)
     lr_rule: Any = option("[training.lr_rule] (crl_envs.study.gates.LearningRateRule): a sweep chooses the "
                           "learning rate before the comparison")
+    #: ``[training.pilot]``: steps, learning rate and adapter fixed before the comparison by a pilot (None: none)
+    pilot: Any = option("[training.pilot] (crl_envs.study.pilot.PilotConfig): a pilot fixes steps, learning rate and "
+                        "adapter before the comparison (instead of [training.lr_rule])")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -885,10 +894,11 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
         for split_key in ("train_split", "eval_split"):
             _task_content(f"tasks.{label}", t.name, v[split_key], 1, t.seed, t.options, where=f"training.{split_key}")
     lr_rule = _lr_rule(spec, v, trainer_names, tasks)
+    pilot = _pilot(spec, v, setups, tasks)
     for k in SETUP_DEFAULTS:
         del v[k]
     config = TrainingConfig(**{**v, "learner": learners[0], "setups": setups, "tasks": training_tasks,
-                               "trainers": list(trainer_names), "lr_rule": lr_rule})
+                               "trainers": list(trainer_names), "lr_rule": lr_rule, "pilot": pilot})
     for label in config.tasks:
         _check_held_out(tasks[label], config)
     return config
@@ -918,6 +928,8 @@ def _check_held_out(task: TaskConfig, t: TrainingConfig) -> None:
     if t.lr_rule is not None:
         uses.append(("training.lr_rule.split", "chooses the learning rate on", t.lr_rule.split, t.lr_rule.n,
                      t.lr_rule.task_seed))
+    if t.pilot is not None:
+        uses.append(("training.pilot.split", "validates the pilot on", t.pilot.split, t.pilot.n, t.pilot.task_seed))
     for key, what, split, n, seed in uses:
         shared = held_out & questions(split, n, seed)
         if shared:
@@ -1008,6 +1020,49 @@ def _lr_rule(spec: dict[str, Any], v: dict[str, Any], trainer_names: list[str], 
         t = tasks[label]
         _task_content(f"tasks.{label}", t.name, rule.split, 1, rule.task_seed, t.options, where="training.lr_rule.split")
     return rule
+
+
+def _pilot(spec: dict[str, Any], v: dict[str, Any], setups: Mapping[str, SetupConfig], tasks) -> Any:
+    """``[training.pilot]`` (:class:`crl_envs.study.pilot.PilotConfig`), or None; refused beside
+    ``[training.lr_rule]`` (it supersedes it), beside a steps or learning rate it fixes, with a seed of the
+    comparison's, validating on the eval split, with an unknown trainer or with a setup of several learners."""
+    from crl_envs.study.pilot import PilotConfig
+    from trainers import ROSTER
+
+    if "pilot" not in spec:
+        return None
+    if "lr_rule" in spec:
+        raise _error("training.lr_rule", "[training.pilot] fixes the learning rate (it supersedes [training.lr_rule]); "
+                                         "remove [training.lr_rule]")
+    raw = _table("training.pilot", spec["pilot"])
+    _unknown_keys("training.pilot", raw, list(PilotConfig.__dataclass_fields__))
+    given = [f"training.{k}" for k in ("steps", "learning_rate") if k in spec] + \
+        [f"training.setups.{label}.{k}" for label, s in v["setups"].items() for k in ("steps", "learning_rate")
+         if k in _table("x", s)]
+    if given:
+        raise _error(given[0], "[training.pilot] fixes steps and learning rate; remove it (or remove the pilot)")
+    try:
+        pilot = PilotConfig(**{k: tuple(x) if isinstance(x, list) else x for k, x in raw.items()})
+    except ConfigError as e:
+        raise StudyConfigError(str(e)) from None
+    if pilot.trainer not in ROSTER:
+        raise _error("training.pilot.trainer", f"unknown trainer {pilot.trainer!r}"
+                                               f"{did_you_mean(str(pilot.trainer), ROSTER)}; trainers: {', '.join(ROSTER)}")
+    shared = sorted(set(pilot.seeds) & set(v["seeds"]))
+    if shared:
+        raise _error("training.pilot.seeds", f"seed {shared[0]} is also a comparison seed (training.seeds); give the "
+                                             f"pilot seeds of its own (e.g. [1000])")
+    several = [label for label, s in setups.items() if len(s.learners) > 1]
+    if several:
+        raise _error(f"training.setups.{several[0]}.learners", "trains several learners; [training.pilot] fits one "
+                                                              "learner: remove the pilot or train one learner")
+    if pilot.split == v["eval_split"]:
+        raise _error("training.pilot.split", f"{pilot.split!r} is the eval split: the pilot never looks at the test "
+                                             f"questions; use another split (e.g. \"train\")")
+    for label in _labels("training.tasks", v["tasks"], tasks, "task"):
+        t = tasks[label]
+        _task_content(f"tasks.{label}", t.name, pilot.split, 1, pilot.task_seed, t.options, where="training.pilot.split")
+    return pilot
 
 
 def _learners(key: str, learner: Any, learners: Any) -> list[str]:

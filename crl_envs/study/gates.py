@@ -61,6 +61,18 @@ class LearningRateRule:
                               f"got {self.steps!r}")
 
 
+def learner_kept(before: float, after: float, tolerance: float = 0.0) -> bool:
+    """Whether training kept the learner's own accuracy: ``after`` fell by at most ``tolerance`` below ``before``
+    (1e-12 of float slack). The one learner-kept rule: the lr rule's ``largest_kept`` and the pilot
+    (:func:`crl_envs.study.pilot.choose_pilot`) both read it.
+
+    Example:
+        >>> learner_kept(0.30, 0.29), learner_kept(0.30, 0.29, tolerance=0.01), learner_kept(0.30, 0.31)
+        (False, True, True)
+    """
+    return after >= before - tolerance - 1e-12
+
+
 def choose_learning_rate(sweep: Mapping[float, Mapping[str, float]], select: str, tolerance: float = 0.0
                          ) -> dict[str, Any]:
     """The rate a rule picks from ``sweep`` (lr -> ``{"before", "after"}``: the learner's accuracy alone on the
@@ -74,7 +86,7 @@ def choose_learning_rate(sweep: Mapping[float, Mapping[str, float]], select: str
         top = max(sweep[lr]["after"] for lr in lrs)
         lr = min(x for x in lrs if sweep[x]["after"] >= top)
         return {"learning_rate": lr, "reason": f"best learner-alone selection accuracy after the sweep ({top:.3f})"}
-    kept = [lr for lr in lrs if sweep[lr]["after"] >= sweep[lr]["before"] - tolerance - 1e-12]
+    kept = [lr for lr in lrs if learner_kept(sweep[lr]["before"], sweep[lr]["after"], tolerance)]
     if kept:
         return {"learning_rate": kept[0], "reason": f"largest rate whose learner-alone selection accuracy did not fall "
                                                      f"by more than {tolerance:g}"}

@@ -2,7 +2,8 @@
 what they cost (episodes, model calls, an estimate of generated tokens) before anything runs.
 
 The kinds are :mod:`crl_envs.study.cells` (one module each): ``valuation`` (a pool x protocol x task x
-seed), ``lr_sweep`` (a candidate learning rate of ``[training.lr_rule]``), ``baseline`` (the untrained
+seed), ``lr_sweep`` (a candidate learning rate of ``[training.lr_rule]``), ``pilot`` (a rate x adapter x seed of
+``[training.pilot]``, one fit scored at each checkpoint), ``baseline`` (the untrained
 learner in a setup x task), ``training`` (a trainer's fit with one seed, then its evaluation) and
 ``crossplay`` (a training cell's learners with unseen partners). The plan asks each kind for its cells:
 
@@ -32,7 +33,7 @@ from crl_envs.study.config import StudyConfig, StudyConfigError
 
 #: The kinds, in the order the dry run lists them (each kind's module declares its place).
 KINDS = tuple(k.kind for k in cell_kinds())
-#: The stage each kind runs in (sweeps first: training cells read the rate they chose; crossplay last: it reads
+#: The stage each kind runs in (sweeps and pilots first: training cells read what they chose; crossplay last: it reads
 #: training checkpoints); kinds not named here run in stage 1.
 STAGE = {k.kind: k.stage for k in cell_kinds() if k.stage != 1}
 

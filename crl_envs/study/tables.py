@@ -174,6 +174,8 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
                          + (f" -> lr {c['learning_rate']:g} ({c['reason']})" if "learning_rate" in c else "")
                          for k, c in sweep["settings"].items()) + ".")
         lines.append("")
+    if tables.get("pilot"):
+        lines += pilot_markdown(tables["pilot"])
     seeds = "/".join(str(n) for n in s.get("seeds", []))
     comparable = s.get("comparable_settings", s["settings"])
     if "crl_vs" in s:
@@ -226,6 +228,30 @@ def training_markdown(tables: Mapping[str, Any], trainers: list[str]) -> str:
         lines.append(f"Note: {note}.")
     lines += _trainer_rows(tables["settings"], trainers, pct)
     return "\n".join(lines + _several_markdown(tables["settings"], trainers, pct))
+
+
+def pilot_markdown(pilot: Mapping[str, Any]) -> list[str]:
+    """``training.pilot`` as the report prints it: the rule, and per setting the curve (rate x adapter x
+    checkpoint: the learner's own and the system's validation scores, means over the pilot's seeds) and the
+    choice, fixed before the comparison ran."""
+    r = pilot["rule"]
+    lines = [f"**Steps, learning rate and adapter, fixed by the pilot before the comparison** ([training.pilot]: "
+             f"{r['trainer']} on seed(s) {', '.join(str(x) for x in r['seeds'])}, one fit per rate x adapter x seed to "
+             f"{r['steps'][-1]} steps scored at {', '.join(str(x) for x in r['steps'])}, on {r['n']} {r['split']} "
+             f"questions drawn with seed {r['task_seed']}, never the eval split; rule {r['select']}, tolerance "
+             f"{r['tolerance']:g}, margin {r['margin']:g}).", ""]
+    for key, c in pilot["settings"].items():
+        choice = (f"chosen: {c['steps']} steps, lr {c['learning_rate']:g}, {c['adapter']} ({c['reason']})"
+                  if "steps" in c else f"no choice yet: {c['fits']} of {c['cells']} fits finished")
+        lines += [f"*{key}*: {choice}.", "",
+                  "| lr | adapter | steps | learner alone (before -> at steps) | system (before -> at steps) | kept |",
+                  "|---|---|---|---|---|---|"]
+        for row in c["curve"]:
+            kept = "yes" if row["kept"] else "no"
+            lines.append(f"| {row['learning_rate']:g} | {row['adapter']} | {row['steps']} | {row['before']:.3f} -> "
+                         f"{row['after']:.3f} | {row['system_before']:.3f} -> {row['system']:.3f} | {kept} |")
+        lines.append("")
+    return lines
 
 
 def _trainer_rows(settings: list[Mapping[str, Any]], trainers: list[str], pct: int) -> list[str]:

@@ -24,13 +24,16 @@ SECONDS_PER_CALL: dict[str, Any] = {
     "training": {"crl": 0.00424, "grpo": 0.00334, "loo_reward": 0.00363, "shapley_credit": 0.00323,
                  "placebo": 0.00646},   # e.g. crl: 131.8 s over 31,080 calls
 }
+#: Pilot cells were never timed: a GRPO training cell's rate (a fit, then greedy evaluations of the system and
+#: the learner alone, as a pilot cell plays them); a pilot of another trainer takes that trainer's rate.
+PILOT_RATE_FROM = "training"
 #: A training cell of a trainer paper-small never timed: its slowest trainer's rate.
 _UNTIMED_TRAINER = max(SECONDS_PER_CALL["training"].values())
 
 
 def cell_seconds(cell: Any) -> float:
     """A planned cell's estimated seconds: its planned model calls times its kind's (and trainer's) rate."""
-    rate = SECONDS_PER_CALL.get(cell.kind, _UNTIMED_TRAINER)
+    rate = SECONDS_PER_CALL.get(PILOT_RATE_FROM if cell.kind == "pilot" else cell.kind, _UNTIMED_TRAINER)
     if isinstance(rate, Mapping):
         rate = rate.get(cell.spec.trainer, _UNTIMED_TRAINER) if cell.kind == "training" else _UNTIMED_TRAINER
     return float(cell.cost.get("calls", 0.0)) * rate

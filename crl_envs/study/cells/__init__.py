@@ -3,6 +3,8 @@ planned from the config, its spec and fingerprint, its cost, its run and the che
 
 - :mod:`~crl_envs.study.cells.valuation` — ``valuation``: one ``valuation.evaluate`` per pool x protocol x task x seed;
 - :mod:`~crl_envs.study.cells.lr_sweep` — ``lr_sweep``: one candidate learning rate of ``[training.lr_rule]``;
+- :mod:`~crl_envs.study.cells.pilot` — ``pilot``: one rate x adapter x seed of ``[training.pilot]``, one fit
+  scored at each checkpoint;
 - :mod:`~crl_envs.study.cells.baseline` — ``baseline``: the untrained learner in one setup x task;
 - :mod:`~crl_envs.study.cells.training` — ``training``: one trainer's fit with one seed, then its evaluation;
 - :mod:`~crl_envs.study.cells.crossplay` — ``crossplay``: a training cell's learners with unseen partners.

@@ -8,13 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from crl_envs.study.cells.base import Cell, CellContext
 from crl_envs.study.cells.build import build_task
 from crl_envs.study.cells.setting import Setting
 from crl_envs.study.cells.specs import SweepSpec
-from crl_envs.study.cells.trained import TrainerCell, build_trainer, trainer_credit
+from crl_envs.study.cells.trained import TrainerCell, alone_scores, build_trainer, trainer_credit
 from crl_envs.study.config import StudyConfig
 from crl_kit.validation import finite_number
 
@@ -76,9 +74,9 @@ class SweepCell(TrainerCell):
         sel = spec.selection
         questions = build_task({**spec.task, "seed": sel["seed"]}, split=sel["split"], n=sel["n"])
         trainer = build_trainer(spec, spec.trainer, spec.seed, None)
-        before = _alone(trainer, questions)
+        before = alone_scores(trainer, questions)
         trainer.fit()
-        after = _alone(trainer, questions)
+        after = alone_scores(trainer, questions)
         return {"learning_rate": spec.learning_rate, "before": float(before.mean()), "after": float(after.mean()),
                 "example_ids": [ex.id for ex in questions], "zero_variance": zero_variance_share(trainer.history),
                 "summary": f"lr {spec.learning_rate:g}: learner alone on the selection questions "
@@ -88,13 +86,3 @@ class SweepCell(TrainerCell):
         ok = all((x := finite_number(result.get(k))) is not None and 0 <= x <= 1 for k in ("before", "after"))
         return None if ok else "before/after are not accuracies in [0, 1]"
 
-
-def _alone(trainer: Any, task: Any) -> np.ndarray:
-    """The learner's (first learner's) greedy scores alone on ``task``."""
-    from trainers.rollout import rollout_episodes
-
-    j = trainer.learners[0]
-    episodes = rollout_episodes("vote", trainer.pool, task, j, trainer.policies[j], coalition=[j],
-                                examples=[ex.id for ex in task], samples=1, seed=trainer.config.seed,
-                                learner_sampling=trainer.eval_sampling, partner_sampling=trainer.eval_sampling)
-    return np.array([ep.score for ep in episodes], dtype=float)

@@ -9,7 +9,8 @@ when specs were dicts: the same keys, values and order, and a field marked ``abs
 - :class:`ValuationSpec` — ``valuation``: a pool x protocol x task x seed and how it is valued;
 - :class:`SettingSpec` — ``baseline``: one training setting (setup x task), what every cell of it shares;
 - :class:`TrainerSpec` — a setting plus one trainer's budget and seed; :class:`SweepSpec` (``lr_sweep``: one
-  candidate rate, scored on its selection questions), :class:`TrainingSpec` (``training``) and
+  candidate rate, scored on its selection questions), :class:`PilotSpec` (``pilot``: one rate and adapter of
+  ``[training.pilot]``, evaluated at each checkpoint), :class:`TrainingSpec` (``training``) and
   :class:`CrossplaySpec` (``crossplay``: a training cell's, with that cell's fingerprint).
 
 Example:
@@ -229,6 +230,12 @@ class TrainerSpec(SettingSpec):
                                              "fine-tuning)")
     learning_rate_choice: dict[str, Any] | None = spec_field(
         "what the rule chose from the sweep (set when a run resolves the rule; never planned)", absent_when_none=True)
+    pilot: dict[str, Any] | None = spec_field(
+        "[training.pilot]'s rule and cells: {select, tolerance, margin, setup_label, lora, cells: [{learning_rate, "
+        "adapter, seed, fingerprint}]}; until a run resolves it, steps is the largest checkpoint (what the plan "
+        "prices), learning_rate the largest rate and lora None", absent_when_none=True)
+    pilot_choice: dict[str, Any] | None = spec_field(
+        "what the pilot chose (set when a run resolves it; never planned)", absent_when_none=True)
 
     def check(self) -> None:
         super().check()
@@ -244,6 +251,10 @@ class TrainerSpec(SettingSpec):
             self._fail("learning_rate", f"must be a positive number or a rule table, got {self.learning_rate!r}")
         if self.lora is not None:
             self._table("lora", ())
+        if self.pilot is not None:
+            self._table("pilot", ("select", "tolerance", "margin", "setup_label", "lora", "cells"))
+            if isinstance(self.learning_rate, Mapping):
+                self._fail("pilot", "is set beside a learning-rate rule; the pilot supersedes [training.lr_rule]")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,6 +271,33 @@ class SweepSpec(TrainerSpec):
         if self.selection["n"] != self.selection_n:
             self._fail("selection_n", f"is {self.selection_n!r} but selection.n is {self.selection['n']!r}; they "
                                       f"are one number")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PilotSpec(TrainerSpec):
+    """A ``pilot`` cell: a trainer at one rate and adapter on a pilot seed, fitted once to the largest checkpoint
+    and evaluated at each on its validation questions (never the eval split): the learner alone and each system
+    in ``systems``."""
+
+    adapter: str = spec_field("what trains: \"full\" fine-tuning or \"lora\" (lora holds its settings)")
+    checkpoints: list[int] = spec_field("the steps evaluated, rising; the fit runs to the last")
+    validation: dict[str, Any] = spec_field("the validation questions: {split, seed, n} (never the eval split)")
+    systems: list[dict[str, Any]] = spec_field("the systems scored at each checkpoint: {setup_label, protocol, "
+                                               "options} of every setting this fit serves")
+
+    def check(self) -> None:
+        super().check()
+        self._table("validation", ("split", "seed", "n"))
+        if self.adapter not in ("full", "lora") or (self.adapter == "lora") != (self.lora is not None):
+            self._fail("adapter", f"must be \"full\" (lora None) or \"lora\" (lora set), got {self.adapter!r} with "
+                                  f"lora {self.lora!r}")
+        if not isinstance(self.checkpoints, list) or not self.checkpoints or self.checkpoints != sorted(
+                set(self.checkpoints)) or self.checkpoints[-1] != self.steps:
+            self._fail("checkpoints", f"must be rising steps ending at steps ({self.steps!r}), got {self.checkpoints!r}")
+        if not isinstance(self.systems, list) or not self.systems:
+            self._fail("systems", f"must list the settings' systems, got {self.systems!r}")
+        for system in self.systems:
+            self._table("systems", ("setup_label", "protocol", "options"), system)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -135,6 +135,60 @@ def resolve_learning_rate(spec: SettingSpec, out: Path) -> SettingSpec:
     return replace(spec, learning_rate=chosen["learning_rate"], learning_rate_choice=chosen)
 
 
+def resolve_pilot(spec: SettingSpec, out: Path) -> SettingSpec:
+    """``spec`` with a pilot (``spec.pilot``: its rule and cells, :class:`~crl_envs.study.cells.specs.TrainerSpec`)
+    replaced by the steps, learning rate and adapter its rule picks from the finished pilot cells
+    (:func:`crl_envs.study.pilot.choose_pilot` on :func:`crl_envs.study.pilot.pilot_curve` of the spec's setting),
+    with ``pilot_choice`` set to the choice; a spec without a pilot stays as it is. Each pilot file is read as the
+    scheduler reads a cell's (:func:`~crl_envs.study.cells.base.read_result`), never trusted because of its path.
+
+    Raises:
+        RunError: a pilot cell has not finished, or its file is not a valid result of it (the study runs pilot
+            cells first and runs again a cell whose file is not valid: rerun it)."""
+    if not isinstance(spec, TrainerSpec) or spec.pilot is None or spec.pilot_choice is not None:
+        return spec
+    from crl_envs.study.pilot import choose_pilot, pilot_curve
+
+    rule = spec.pilot
+    chosen = choose_pilot(pilot_curve(read_pilot_cells(rule["cells"], out), rule["setup_label"]),
+                          tolerance=rule["tolerance"], margin=rule["margin"], select=rule["select"])
+    lora = rule["lora"] if chosen["adapter"] == "lora" else None
+    return replace(spec, steps=chosen["steps"], learning_rate=chosen["learning_rate"], lora=lora, pilot_choice=chosen)
+
+
+def read_pilot_cells(cells: list[Mapping[str, Any]], out: Path) -> list[dict[str, Any]]:
+    """The results of the pilot cells ``cells`` (each ``{learning_rate, adapter, seed, fingerprint}``) in ``out``.
+
+    Raises:
+        RunError: one has not finished or its file is not a valid result of it."""
+    from crl_envs.study.cells.base import cell_kind, read_result
+
+    results = []
+    for c in cells:
+        what = f"the pilot cell for lr {c['learning_rate']:g}, {c['adapter']}, seed {c['seed']}"
+        path = out / "cells" / f"{c['fingerprint']}.json"
+        if not os.path.lexists(path):
+            raise RunError(f"{what} ({path}) has not finished; rerun the study (pilot cells run before training cells)")
+        result, problem = read_result(path, cell_kind("pilot")(f"pilot/{c['fingerprint']}", None, c["fingerprint"]))
+        if problem is not None:
+            raise RunError(f"{what} ({path}) is not a valid result: {problem}; rerun the study (the pilot cell runs "
+                           f"again before the training cells)")
+        results.append(result)
+    return results
+
+
+def alone_scores(trainer: Any, task: Any) -> np.ndarray:
+    """The trainer's (first) learner's greedy scores alone on ``task`` (vote with itself as the only member): what
+    the lr rule and the pilot call the learner's own accuracy."""
+    from trainers.rollout import rollout_episodes
+
+    j = trainer.learners[0]
+    episodes = rollout_episodes("vote", trainer.pool, task, j, trainer.policies[j], coalition=[j],
+                                examples=[ex.id for ex in task], samples=1, seed=trainer.config.seed,
+                                learner_sampling=trainer.eval_sampling, partner_sampling=trainer.eval_sampling)
+    return np.array([ep.score for ep in episodes], dtype=float)
+
+
 def scores(result: Any) -> dict[str, Any]:
     """An evaluation as a cell's result: per question ``system``, ``standalone`` (several learners: their
     mean) and, with several learners, each one's own under ``learners``."""
@@ -190,7 +244,8 @@ def learner_rates(protocol: Any, pool: Any, task: Any, policies: dict[str, Any],
 @dataclass(frozen=True)
 class TrainerCell(Cell):
     """A cell of a training setting: it builds a trainer from its spec, on ``spec.threads`` torch threads (the
-    same reductions on every executor), with a learning-rate rule resolved from the finished sweep cells."""
+    same reductions on every executor), with a learning-rate rule resolved from the finished sweep cells and a
+    pilot from the finished pilot cells."""
 
     def run(self, context: CellContext) -> dict[str, Any]:
         import torch
@@ -198,7 +253,8 @@ class TrainerCell(Cell):
         threads = torch.get_num_threads()
         torch.set_num_threads(self.spec.threads)
         try:
-            return self.run_trainer(resolve_learning_rate(self.spec, Path(context.out)), context)
+            out = Path(context.out)
+            return self.run_trainer(resolve_pilot(resolve_learning_rate(self.spec, out), out), context)
         finally:
             torch.set_num_threads(threads)
 
@@ -213,7 +269,7 @@ class TrainerCell(Cell):
 
     @abc.abstractmethod
     def run_trainer(self, spec: SettingSpec, context: CellContext) -> dict[str, Any]:
-        """The work, with ``spec``'s learning rate resolved."""
+        """The work, with ``spec``'s learning rate (and pilot: steps, rate, adapter) resolved."""
 
     def problem(self, result: dict[str, Any]) -> str | None:
         ids = result.get("example_ids")

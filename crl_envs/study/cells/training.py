@@ -15,9 +15,23 @@ from crl_envs.study.cells.trained import TrainerCell, build_trainer, scores, tak
 from crl_envs.study.config import StudyConfig
 
 
+def pilot_rule(config: StudyConfig, setting: Setting) -> dict[str, Any]:
+    """A training spec's ``pilot``: ``[training.pilot]``'s rule, the setting whose system score it reads, the
+    LoRA settings of its ``"lora"`` adapter and the setting's pilot cells (their fingerprints: a training cell's
+    fingerprint names what its steps, rate and adapter will be chosen from)."""
+    from crl_envs.study.cells.pilot import pilot_lora
+
+    p = config.training.pilot
+    cells = [{"learning_rate": c.spec.learning_rate, "adapter": c.spec.adapter, "seed": c.spec.seed,
+              "fingerprint": c.fingerprint} for c in setting.planned.get("pilot", [])]
+    return {"select": p.select, "tolerance": p.tolerance, "margin": p.margin, "setup_label": setting.label,
+            "lora": pilot_lora(config), "cells": cells}
+
+
 @dataclass(frozen=True)
 class TrainingCell(TrainerCell):
-    """One trainer x seed of one setup x task, with the setup's budget and learning rate (or the rule's)."""
+    """One trainer x seed of one setup x task, with the setup's budget and learning rate (or the lr rule's; or
+    the steps, rate and adapter the pilot fixes)."""
 
     kind = "training"
     spec_class = TrainingSpec
@@ -33,19 +47,22 @@ class TrainingCell(TrainerCell):
             sweep = setting.planned.get("lr_sweep", [])
             learning_rate = {"rule": t.lr_rule.select, "tolerance": t.lr_rule.tolerance,
                              "sweep": {str(c.spec.learning_rate): c.fingerprint for c in sweep}}
+        steps, lora, pilot = setting.setup.steps, t.lora, None
+        if t.pilot is not None:  # what the pilot picks from the setting's pilot cells, when they finish
+            steps, learning_rate, lora, pilot = t.pilot.steps[-1], t.pilot.rates[0], None, pilot_rule(config, setting)
         out = []
         for trainer in t.trainers:
             for seed in t.seeds:
                 spec = TrainingSpec.extending(
-                    setting.common, trainer=trainer, seed=seed, steps=setting.setup.steps, learning_rate=learning_rate,
+                    setting.common, trainer=trainer, seed=seed, steps=steps, learning_rate=learning_rate,
                     questions_per_step=t.questions_per_step, num_generations=t.num_generations,
                     shapley_coalitions=t.shapley_coalitions if takes_option(trainer, "shapley_coalitions") else None,
-                    lora=t.lora)
+                    lora=lora, pilot=pilot)
                 out.append(cls.make(f"training/{setting.label}/{setting.task}/{trainer}/seed{seed}", spec))
         return out
 
     def cost_estimate(self, config: StudyConfig) -> dict[str, float]:
-        """The fit, then the evaluation: the system once on the held-out questions (scores and rates, one play)."""
+        """The fit (with a pilot: at its largest checkpoint, the most it may choose), then the evaluation: the system once on the held-out questions (scores and rates, one play)."""
         names = self.names()
         per_episode = self.calls(names, list(range(len(names))))
         train_episodes, per_train = self.training_episodes(per_episode)
@@ -67,7 +84,9 @@ class TrainingCell(TrainerCell):
         result, learner_rates = trained_evaluation(trainer)
         zero = zero_variance_share(trainer.history)
         chosen = {"learning_rate": spec.learning_rate, **({"learning_rate_choice": spec.learning_rate_choice}
-                                                           if spec.learning_rate_choice is not None else {})}
+                                                           if spec.learning_rate_choice is not None else {}),
+                  **({"steps": spec.steps, "adapter": "lora" if spec.lora else "full", "pilot_choice": spec.pilot_choice}
+                     if spec.pilot_choice is not None else {})}
         return {**scores(result), "rollouts": trainer.rollouts, "zero_variance": zero,
                 "rates": learner_rates, **chosen,
                 "summary": f"after training: system {result.system_accuracy:.3f}, learner alone "
