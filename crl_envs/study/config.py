@@ -995,7 +995,6 @@ def _lr_rule(spec: dict[str, Any], v: dict[str, Any], trainer_names: list[str], 
     """``[training.lr_rule]`` (:class:`crl_envs.study.gates.LearningRateRule`), or None; a learning rate given
     beside it, a sweep on the eval split or an unknown trainer is refused."""
     from crl_envs.study.gates import LearningRateRule
-    from trainers import ROSTER
 
     if "lr_rule" not in spec:
         return None
@@ -1010,16 +1009,24 @@ def _lr_rule(spec: dict[str, Any], v: dict[str, Any], trainer_names: list[str], 
         rule = LearningRateRule(**{k: tuple(v) if k == "candidates" and isinstance(v, list) else v for k, v in raw.items()})
     except ConfigError as e:
         raise StudyConfigError(str(e)) from None
-    if rule.trainer not in ROSTER:
-        raise _error("training.lr_rule.trainer", f"unknown trainer {rule.trainer!r}{did_you_mean(str(rule.trainer), ROSTER)}; "
-                                                 f"trainers: {', '.join(ROSTER)}")
-    if rule.split == v["eval_split"]:
-        raise _error("training.lr_rule.split", f"{rule.split!r} is the eval split: the rule never looks at the test "
-                                               f"questions; use another split (e.g. \"train\" or \"validation\")")
+    _check_selection("training.lr_rule", "the rule", rule, v, tasks, splits='"train" or "validation"')
+    return rule
+
+
+def _check_selection(key: str, what: str, table: Any, v: dict[str, Any], tasks, *, splits: str) -> None:
+    """The checks ``[training.lr_rule]`` and ``[training.pilot]`` share: a trainer of the roster, questions from a
+    split other than the eval split, and that split loadable for every training task."""
+    from trainers import ROSTER
+
+    if table.trainer not in ROSTER:
+        raise _error(f"{key}.trainer", f"unknown trainer {table.trainer!r}{did_you_mean(str(table.trainer), ROSTER)}; "
+                                       f"trainers: {', '.join(ROSTER)}")
+    if table.split == v["eval_split"]:
+        raise _error(f"{key}.split", f"{table.split!r} is the eval split: {what} never looks at the test questions; "
+                                     f"use another split (e.g. {splits})")
     for label in _labels("training.tasks", v["tasks"], tasks, "task"):
         t = tasks[label]
-        _task_content(f"tasks.{label}", t.name, rule.split, 1, rule.task_seed, t.options, where="training.lr_rule.split")
-    return rule
+        _task_content(f"tasks.{label}", t.name, table.split, 1, table.task_seed, t.options, where=f"{key}.split")
 
 
 def _pilot(spec: dict[str, Any], v: dict[str, Any], setups: Mapping[str, SetupConfig], tasks) -> Any:
@@ -1027,7 +1034,6 @@ def _pilot(spec: dict[str, Any], v: dict[str, Any], setups: Mapping[str, SetupCo
     ``[training.lr_rule]`` (it supersedes it), beside a steps or learning rate it fixes, with a seed of the
     comparison's, validating on the eval split, with an unknown trainer or with a setup of several learners."""
     from crl_envs.study.pilot import PilotConfig
-    from trainers import ROSTER
 
     if "pilot" not in spec:
         return None
@@ -1045,9 +1051,6 @@ def _pilot(spec: dict[str, Any], v: dict[str, Any], setups: Mapping[str, SetupCo
         pilot = PilotConfig(**{k: tuple(x) if isinstance(x, list) else x for k, x in raw.items()})
     except ConfigError as e:
         raise StudyConfigError(str(e)) from None
-    if pilot.trainer not in ROSTER:
-        raise _error("training.pilot.trainer", f"unknown trainer {pilot.trainer!r}"
-                                               f"{did_you_mean(str(pilot.trainer), ROSTER)}; trainers: {', '.join(ROSTER)}")
     shared = sorted(set(pilot.seeds) & set(v["seeds"]))
     if shared:
         raise _error("training.pilot.seeds", f"seed {shared[0]} is also a comparison seed (training.seeds); give the "
@@ -1056,12 +1059,7 @@ def _pilot(spec: dict[str, Any], v: dict[str, Any], setups: Mapping[str, SetupCo
     if several:
         raise _error(f"training.setups.{several[0]}.learners", "trains several learners; [training.pilot] fits one "
                                                               "learner: remove the pilot or train one learner")
-    if pilot.split == v["eval_split"]:
-        raise _error("training.pilot.split", f"{pilot.split!r} is the eval split: the pilot never looks at the test "
-                                             f"questions; use another split (e.g. \"train\")")
-    for label in _labels("training.tasks", v["tasks"], tasks, "task"):
-        t = tasks[label]
-        _task_content(f"tasks.{label}", t.name, pilot.split, 1, pilot.task_seed, t.options, where="training.pilot.split")
+    _check_selection("training.pilot", "the pilot", pilot, v, tasks, splits='"train"')
     return pilot
 
 
