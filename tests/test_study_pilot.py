@@ -193,3 +193,46 @@ def test_a_tiny_pilot_runs_one_fit_per_combination_and_the_training_cells_take_i
     text = (tmp_path / "study.md").read_text()
     assert "**Steps, learning rate and adapter, fixed by the pilot before the comparison**" in text
     assert f"chosen: {chosen['steps']} steps, lr {chosen['learning_rate']:g}, {chosen['adapter']}" in text
+
+
+@pytest.mark.slow
+def test_scoring_at_checkpoints_leaves_the_fit_bit_identical_to_an_unscored_fit(tmp_path):
+    """The pilot's one fit, scored at every checkpoint, must be the fit an unscored trainer makes: the same
+    weights bit for bit after the last step and the same per-step metrics but timings. Full fine-tuning. (The
+    fit samples from per-request generators, so even a scorer drawing from torch's global generator leaves it
+    as it is: checked by hand; what this guards is scoring's other effects: modes, caches, the policy's state.)"""
+    import torch
+
+    from crl_envs.study.cells.build import build_task
+    from crl_envs.study.cells.pilot import checkpoint_scorer
+    from crl_envs.study.cells.trained import build_trainer
+
+    cfg = load_config(pilot_config(tmp_path, {"steps": [1, 2, 3], "rates": [1e-4], "adapters": ["full"], "n": 4},
+                                   learner="model_0", questions_per_step=4, num_generations=4, n_train=16,
+                                   n_eval=4))
+    (cell,) = [c for c in study.cells(cfg) if c.kind == "pilot"]
+    spec = cell.spec
+    v = spec.validation
+    questions = build_task({**spec.task, "seed": v["seed"]}, split=v["split"], n=v["n"])
+
+    def weights(trainer):
+        return {k: p.detach().clone() for k, p in trainer.policy.model.state_dict().items()}
+
+    def fit(scored: bool):
+        trainer = build_trainer(spec, spec.trainer, spec.seed, None)
+        start = weights(trainer)
+        curve: list = []
+        if scored:
+            trainer.callbacks.append(checkpoint_scorer(spec, questions, curve))
+        trainer.fit()
+        untimed = [{k: v for k, v in row.items() if "seconds" not in k and k != "tokens_per_second"}
+                   for row in trainer.history]
+        return start, weights(trainer), untimed, curve
+
+    start, plain, plain_history, _ = fit(False)
+    _, scored, scored_history, curve = fit(True)
+    assert [point["steps"] for point in curve] == [1, 2, 3]
+    assert any(not torch.equal(start[k], plain[k]) for k in start)  # the fit moved the weights
+    assert plain.keys() == scored.keys()
+    assert [k for k in plain if not torch.equal(plain[k], scored[k])] == []
+    assert plain_history == scored_history

@@ -93,9 +93,7 @@ class PilotCell(TrainerCell):
     def run_trainer(self, spec: PilotSpec, context: CellContext) -> dict[str, Any]:
         """The fit, once, to ``spec.steps``; before it and at each checkpoint the learner alone and each system
         on the validation questions (never the eval split)."""
-        import torch
 
-        import trainers
         from trainers.controls import zero_variance_share
 
         v = spec.validation
@@ -103,23 +101,7 @@ class PilotCell(TrainerCell):
         trainer = build_trainer(spec, spec.trainer, spec.seed, None)
         before = _scored(trainer, spec, questions)
         curve: list[dict[str, Any]] = []
-        checkpoints = set(spec.checkpoints)
-
-        class Checkpoints(trainers.TrainerCallback):
-            """Scores the learner at each checkpoint of the one fit (and counts the fits: one)."""
-
-            def __init__(self) -> None:
-                self.fits = 0
-
-            def on_train_begin(self, trainer: Any, steps: int) -> None:
-                self.fits += 1
-
-            def on_step_end(self, trainer: Any, metrics: dict[str, Any]) -> None:
-                if trainer.state.step in checkpoints:  # greedy play; torch's generator left as the fit had it
-                    with torch.random.fork_rng(devices=[]):
-                        curve.append({"steps": trainer.state.step, **_scored(trainer, spec, questions)})
-
-        hook = Checkpoints()
+        hook = checkpoint_scorer(spec, questions, curve)
         trainer.callbacks.append(hook)
         trainer.fit()
         lora = "lora" if spec.lora else "full"
@@ -143,6 +125,31 @@ class PilotCell(TrainerCell):
             if not all((x := finite_number(y)) is not None and 0 <= x <= 1 for y in [point.get("alone"), *systems.values()]):
                 return "a checkpoint's scores are not accuracies in [0, 1]"
         return None
+
+
+def checkpoint_scorer(spec: PilotSpec, questions: Any, curve: list[dict[str, Any]]) -> Any:
+    """A :class:`trainers.TrainerCallback` that appends ``{"steps", "alone", "systems"}`` to ``curve`` at each of
+    ``spec.checkpoints`` (greedy play on ``questions``, torch's generator forked) and counts the fits (one). The fit
+    goes on as an unscored fit would: tests/test_study_pilot.py checks its weights bit for bit."""
+    import torch
+
+    import trainers
+
+    checkpoints = set(spec.checkpoints)
+
+    class CheckpointScores(trainers.TrainerCallback):
+        def __init__(self) -> None:
+            self.fits = 0
+
+        def on_train_begin(self, trainer: Any, steps: int) -> None:
+            self.fits += 1
+
+        def on_step_end(self, trainer: Any, metrics: dict[str, Any]) -> None:
+            if trainer.state.step in checkpoints:
+                with torch.random.fork_rng(devices=[]):
+                    curve.append({"steps": trainer.state.step, **_scored(trainer, spec, questions)})
+
+    return CheckpointScores()
 
 
 def _scored(trainer: Any, spec: PilotSpec, questions: Any) -> dict[str, Any]:
