@@ -77,6 +77,23 @@ def test_the_curve_is_the_mean_over_seeds_per_rate_adapter_and_checkpoint():
     assert rows[3]["before"] == 0.5 and rows[3]["system_before"] == 0.6
 
 
+def test_the_pilot_curve_is_plotted_per_setting_with_its_choice(tmp_path):
+    """One PNG per setting with a curve (none for a setting whose pilot has not finished a fit)."""
+    import matplotlib.image
+
+    from crl_envs.study.tables import plots
+
+    rows = [{**_row(lr, a, k, 0.4, 0.4 - k / 1000, 0.6 + k / 1000), "system_before": 0.6, "seeds": 1,
+             "kept": k < 50} for lr in (1e-4, 1e-5) for a in ("full", "lora") for k in (20, 50)]
+    chosen = choose_pilot(rows)
+    record = {"name": "s", "config": {"training": {"trainers": []}},
+              "training": {"settings": [], "pilot": {"settings": {
+                  "judge/arith": {"curve": rows, **chosen}, "vote/arith": {"curve": [], "fits": 0, "cells": 4}}}}}
+    written = plots(record, tmp_path)
+    assert [p.name for p in written] == ["study_pilot_judge_arith.png"]
+    assert matplotlib.image.imread(written[0]).shape[:2] == (418, 1100)  # 10 x 3.8 in at 110 dpi
+
+
 # ---------------------------------------------------------------------- config
 def pilot_config(tmp_path, pilot=None, **training):
     return {"study": {"out": str(tmp_path)}, "pools": {"zoo": "zoo"}, "tasks": {"arith": {"n": 10}},
@@ -193,6 +210,7 @@ def test_a_tiny_pilot_runs_one_fit_per_combination_and_the_training_cells_take_i
     text = (tmp_path / "study.md").read_text()
     assert "**Steps, learning rate and adapter, fixed by the pilot before the comparison**" in text
     assert f"chosen: {chosen['steps']} steps, lr {chosen['learning_rate']:g}, {chosen['adapter']}" in text
+    assert (tmp_path / "study_pilot_vote_arith.png").is_file()
 
 
 @pytest.mark.slow

@@ -387,7 +387,8 @@ def markdown(study: Mapping[str, Any]) -> str:
 
 
 def plots(study: Mapping[str, Any], out: Path) -> list[Path]:
-    """The heatmap of mean tau-b per pool x family, and a bar plot of Δ per trainer for each setup x task."""
+    """The heatmap of mean tau-b per pool x family, a bar plot of Δ per trainer for each setup x task, and with a
+    pilot its dose-response per setting."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -435,4 +436,50 @@ def plots(study: Mapping[str, Any], out: Path) -> list[Path]:
             fig.savefig(path, dpi=110)
             plt.close(fig)
             written.append(path)
+    pilot = (t or {}).get("pilot")
+    for key, c in (pilot or {}).get("settings", {}).items():
+        if c["curve"]:
+            written.append(_pilot_plot(key, c, out))
     return written
+
+
+def _pilot_plot(key: str, c: Mapping[str, Any], out: Path) -> Path:
+    """The pilot's dose-response for one setting: the learner alone and the system on the validation questions
+    against steps (0: before training), one line per rate (colour) x adapter (solid full, dashed LoRA); hollow
+    markers where the fit did not keep the learner's own accuracy, a star at the choice."""
+    import matplotlib.pyplot as plt
+
+    rates = sorted({r["learning_rate"] for r in c["curve"]}, reverse=True)
+    colours = plt.get_cmap("viridis")([i / max(1, len(rates) - 1) for i in range(len(rates))])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained", sharex=True)
+    for (lr, adapter), rows in _grouped(c["curve"], ("learning_rate", "adapter")).items():
+        colour = colours[rates.index(lr)]
+        for ax, before, after in ((axes[0], "before", "after"), (axes[1], "system_before", "system")):
+            xs, ys = [0, *(r["steps"] for r in rows)], [rows[0][before], *(r[after] for r in rows)]
+            ax.plot(xs, ys, color=colour, ls="-" if adapter == "full" else "--", lw=1.2,
+                    label=f"lr {lr:g} {adapter}")
+            for r in rows:
+                ax.plot(r["steps"], r[after], "o", color=colour, mfc=colour if r["kept"] else "white", ms=5)
+            if "steps" in c and (lr, adapter) == (c["learning_rate"], c["adapter"]):
+                chosen = next(r for r in rows if r["steps"] == c["steps"])
+                ax.plot(c["steps"], chosen[after], "*", color="black", ms=14, zorder=5)
+    axes[0].set_ylabel("learner alone (validation accuracy)")
+    axes[1].set_ylabel("system (validation accuracy)")
+    for ax in axes:
+        ax.set_xlabel("steps")
+    axes[1].legend(fontsize=7, ncol=2)
+    choice = (f"chosen: {c['steps']} steps, lr {c['learning_rate']:g}, {c['adapter']} (star)" if "steps" in c
+              else "no choice yet")
+    fig.suptitle(f"pilot, {key}: {choice}; hollow: learner not kept", fontsize=10)
+    path = out / f"study_pilot_{key.replace('/', '_')}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _grouped(rows: list[Mapping[str, Any]], keys: tuple[str, ...]) -> dict[tuple, list[Mapping[str, Any]]]:
+    """``rows`` grouped by ``keys`` (first appearance order), each group sorted by steps."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return {k: sorted(v, key=lambda r: r["steps"]) for k, v in groups.items()}
