@@ -425,13 +425,17 @@ def plots(study: Mapping[str, Any], out: Path) -> list[Path]:
             means = [100 * st["delta"][n]["value"] for n in names]
             err = [[100 * (st["delta"][n]["value"] - st["delta"][n]["ci"][0]) for n in names],
                    [100 * (st["delta"][n]["ci"][1] - st["delta"][n]["value"]) for n in names]]
-            fig, ax = plt.subplots(figsize=(1.3 * len(names) + 2.5, 3.6), layout="constrained")
+            failed = [g["name"] for g in st.get("gates", []) if not g["passed"]]
+            fig, ax = plt.subplots(figsize=(max(1.3 * len(names) + 2.5, 7.5 if failed else 0), 3.6),
+                                   layout="constrained")
             ax.bar(range(len(names)), means, yerr=err, capsize=4,
                    color=["tab:red" if n == "crl" else "tab:gray" for n in names])
             ax.axhline(0, color="black", lw=0.8)
             ax.set_xticks(range(len(names)), names)
             ax.set_ylabel("Δ system accuracy (points)")
-            ax.set_title(f"{st['protocol']} on {st['task']} (before {st['before']:.3f})")
+            verdict = f"\nnot comparable, gates failed: {', '.join(failed)}" if failed else ""
+            ax.set_title(f"{st['protocol']} on {st['task']} (before {st['before']:.3f}){verdict}",
+                         fontsize=9 if failed else None)
             path = out / f"study_training_{st['protocol']}_{st['task']}.png"
             fig.savefig(path, dpi=110)
             plt.close(fig)
