@@ -54,6 +54,20 @@ def test_nothing_kept_falls_back_to_the_smallest_rate_at_the_fewest_steps_and_sa
         choose_pilot([])
 
 
+def test_most_steps_kept_takes_the_most_training_the_learner_keeps_through():
+    rows = [_row(1e-4, "full", 200, 0.30, 0.25, 0.9),   # the best system score, but the learner fell: not kept
+            _row(1e-5, "full", 200, 0.30, 0.31, 0.5), _row(3e-5, "full", 200, 0.30, 0.30, 0.4),
+            _row(3e-4, "lora", 200, 0.30, 0.32, 0.6), _row(1e-4, "full", 50, 0.30, 0.35, 0.7)]
+    choice = choose_pilot(rows, select="most_steps_kept")  # 200 steps kept by 1e-5 / 3e-5 full and 3e-4 lora
+    assert (choice["steps"], choice["learning_rate"], choice["adapter"], choice["kept"]) == (200, 3e-5, "full", 4)
+    assert choice["reason"].startswith("the most steps whose fit kept the learner's own accuracy (0.300 -> 0.300)")
+    assert choose_pilot(rows[3:], select="most_steps_kept")["adapter"] == "lora"  # 200 steps kept only by lora
+    fallen = [_row(1e-4, "full", 200, 0.3, 0.1, 0.9), _row(1e-5, "full", 20, 0.3, 0.2, 0.9)]
+    assert choose_pilot(fallen, select="most_steps_kept")["kept"] == 0  # the shared fallback
+    with pytest.raises(ValueError, match="select must be one of"):
+        choose_pilot(rows, select="largest")
+
+
 def test_the_rule_reads_the_one_learner_kept_rule():
     """The pilot and the lr rule share gates.learner_kept: a fall of exactly the tolerance is kept by both."""
     assert learner_kept(0.30, 0.28, 0.02) and not learner_kept(0.30, 0.28, 0.01)
@@ -115,7 +129,7 @@ def pilot_config(tmp_path, pilot=None, **training):
     ({"steps": [20, 20]}, {}, r"training\.pilot\.steps lists a value twice"),
     ({"rates": [0.0]}, {}, r"training\.pilot\.rates must be a non-empty list of learning rates in \(0, 1\]"),
     ({"adapters": ["qlora"]}, {}, r"training\.pilot\.adapters must be a non-empty list of \['full', 'lora'\]"),
-    ({"select": "best"}, {}, r"training\.pilot\.select must be one of \['fewest_steps_near_best'\]"),
+    ({"select": "best"}, {}, r"training\.pilot\.select must be one of \['fewest_steps_near_best', 'most_steps_kept'\]"),
     ({"margin": 1.5}, {}, r"training\.pilot\.margin must be a number in \[0, 1\)"),
     ({"trainer": "gpro"}, {}, r"training\.pilot\.trainer: unknown trainer 'gpro' \(did you mean 'grpo'\?\)"),
     ({"step": [20]}, {}, r"training\.pilot\.step: unknown key"),
@@ -254,3 +268,15 @@ def test_scoring_at_checkpoints_leaves_the_fit_bit_identical_to_an_unscored_fit(
     assert plain.keys() == scored.keys()
     assert [k for k in plain if not torch.equal(plain[k], scored[k])] == []
     assert plain_history == scored_history
+
+
+def test_the_dose_preset_shares_the_pilots_fits_and_changes_only_the_rule():
+    """studies/paper-cpu-dose.toml: paper-cpu-pilot with select = most_steps_kept; its pilot cells are the same
+    fits (fingerprints), so a run can reuse paper-cpu-pilot's; its training cells are other cells."""
+    pilot, dose = (load_config(ROOT / "studies" / f"{name}.toml") for name in ("paper-cpu-pilot", "paper-cpu-dose"))
+    assert dose.training.pilot.select == "most_steps_kept" and pilot.training.pilot.select == "fewest_steps_near_best"
+    assert {**vars(dose.training.pilot), "select": None} == {**vars(pilot.training.pilot), "select": None}
+    a, b = study.cells(pilot), study.cells(dose)
+    assert {c.id: c.fingerprint for c in a if c.kind != "training"} == \
+        {c.id: c.fingerprint for c in b if c.kind != "training"}
+    assert {c.fingerprint for c in a if c.kind == "training"}.isdisjoint({c.fingerprint for c in b if c.kind == "training"})

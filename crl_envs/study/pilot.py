@@ -31,8 +31,11 @@ from crl_kit.errors import ConfigError
 #: The adapters a pilot compares: ``"full"`` fine-tuning, or ``"lora"`` (``[training] lora``'s settings, else
 #: :class:`trainers.LoraSettings`' defaults). A tie between them goes to the one listed first here.
 ADAPTERS = ("full", "lora")
-#: The one select rule (:func:`choose_pilot`), named so a config states it.
-SELECTIONS = ("fewest_steps_near_best",)
+#: The select rules (:func:`choose_pilot`), named so a config states one. ``fewest_steps_near_best``: the cheapest
+#: dose whose validation system score is near the best (a flat curve gives the fewest steps).
+#: ``most_steps_kept``: the most training the learner is seen to keep its own accuracy through (a comparison
+#: needs a dose at which a trainer can move the system, and the controls need the learner kept).
+SELECTIONS = ("fewest_steps_near_best", "most_steps_kept")
 
 
 def _help(text: str) -> dict[str, str]:
@@ -64,7 +67,9 @@ class PilotConfig:
         "steps whose validation system score is within margin of the best kept score; then the higher score, the "
         "smaller rate, the adapter listed first in ADAPTERS. Fewest steps because a score within margin of the best "
         "is as good as n validation questions can tell, and fewer steps cost every comparison cell less and move the "
-        "learner less. Nothing kept: the smallest rate at the fewest steps, the first adapter, said so"))
+        "learner less. most_steps_kept: among the kept, the most steps, then the adapter listed first, then the "
+        "largest rate (the most training the learner keeps through; margin unused). Nothing kept: the smallest rate "
+        "at the fewest steps, the first adapter, said so"))
     tolerance: float = field(default=0.0, metadata=_help(
         "the fall in the learner's own validation accuracy that still counts as kept"))
     margin: float = field(default=0.02, metadata=_help(
@@ -149,8 +154,9 @@ def choose_pilot(rows: Sequence[Mapping[str, Any]], *, tolerance: float = 0.0, m
     ``learning_rate``, ``adapter``, ``steps``, ``before``, ``after``, ``system``): among the rows whose fit kept
     the learner's own accuracy (:func:`crl_envs.study.gates.learner_kept` of ``before``, ``after``, ``tolerance``),
     those whose ``system`` is within ``margin`` of the best kept row's; of them the fewest steps, then the higher
-    ``system``, the smaller rate, the adapter first in :data:`ADAPTERS`. No row kept: the smallest rate at the
-    fewest steps, the first adapter. Returns ``{"steps", "learning_rate", "adapter", "kept", "reason"}``.
+    ``system``, the smaller rate, the adapter first in :data:`ADAPTERS` (``select="fewest_steps_near_best"``); or
+    of the kept rows the most steps, then the adapter first in :data:`ADAPTERS`, then the largest rate
+    (``select="most_steps_kept"``). No row kept: the smallest rate at the fewest steps, the first adapter. Returns ``{"steps", "learning_rate", "adapter", "kept", "reason"}``.
 
     Raises:
         ValueError: no rows, or an unknown ``select``."""
@@ -168,6 +174,11 @@ def choose_pilot(rows: Sequence[Mapping[str, Any]], *, tolerance: float = 0.0, m
         return {"steps": r["steps"], "learning_rate": r["learning_rate"], "adapter": r["adapter"], "kept": 0,
                 "reason": "no (rate, adapter, steps) kept the learner's own accuracy: the smallest rate at the fewest "
                           "steps"}
+    if select == "most_steps_kept":
+        r = min(kept, key=lambda r: (-r["steps"], adapter_rank(r), -r["learning_rate"]))
+        return {"steps": r["steps"], "learning_rate": r["learning_rate"], "adapter": r["adapter"], "kept": len(kept),
+                "reason": f"the most steps whose fit kept the learner's own accuracy ({r['before']:.3f} -> "
+                          f"{r['after']:.3f}), then the first adapter, the largest rate; {len(kept)} of {len(rows)} kept"}
     best = max(r["system"] for r in kept)
     near = [r for r in kept if r["system"] >= best - margin - 1e-12]
     r = min(near, key=lambda r: (r["steps"], -r["system"], r["learning_rate"], adapter_rank(r)))
