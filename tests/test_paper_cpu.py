@@ -92,6 +92,14 @@ def test_the_wall_rates_are_paper_smalls_recorded_seconds_per_planned_call():
         assert rate == pytest.approx(s / calls[(kind, trainer)], rel=0.01), (kind, trainer)
 
 
+def test_the_pilot_rate_is_paper_cpu_pilots_recorded_seconds_per_planned_call():
+    config = load_config(ROOT / "studies" / "paper-cpu-pilot.toml")
+    planned = estimate(config, [c for c in study.cells(config) if c.kind == "pilot"])
+    recorded = json.loads((ROOT / "docs" / "paper-cpu-pilot" / "study.json").read_text())["cells"]
+    rate = sum(recorded[c.id]["seconds"] for c in planned) / sum(c.cost["calls"] for c in planned)
+    assert SECONDS_PER_CALL["pilot"]["grpo"] == pytest.approx(rate, rel=0.01)
+
+
 @pytest.mark.slow
 def test_the_probe_replays_its_recorded_numbers_on_a_chosen_setting():
     import dataclasses
@@ -121,27 +129,34 @@ def test_the_dry_runs_probe_table_names_each_setting_and_its_choice():
            "gain: the system scores 0.650 without the learner, 0.090 with it |" in rows
 
 
-COMMITTED_RUN = ROOT / "docs" / "paper-cpu"
+#: The committed runs, each from an empty directory: its preset, its directory under docs/, its cells.
+COMMITTED_RUNS = [("paper-cpu", 89), ("paper-cpu-pilot", 110)]
 
 
-def test_the_committed_run_is_re_derived_from_its_committed_cells(tmp_path):
-    """docs/paper-cpu/ (the run of studies/paper-cpu.toml from an empty directory): its 89 cells are the ones the
-    preset plans today (fingerprints), and study.json's training tables, gates and verdicts and study.md follow
-    from the committed cell results (cells.tar.gz) by the study's own code, with no cell played again."""
+@pytest.mark.parametrize("name, cells", COMMITTED_RUNS)
+def test_the_committed_run_is_re_derived_from_its_committed_cells(tmp_path, name, cells):
+    """docs/<name>/ (the run of studies/<name>.toml from an empty directory): its cells are the ones the preset
+    plans today (fingerprints), and study.json's training tables, gates and verdicts (with a pilot: its curve and
+    choice) and study.md follow from the committed cell results (cells.tar.gz) by the study's own code, with no
+    cell played again."""
     import tarfile
 
-    committed = json.loads((COMMITTED_RUN / "study.json").read_text())
-    config = load_config(PRESET, out=tmp_path)
+    run = ROOT / "docs" / name
+    committed = json.loads((run / "study.json").read_text())
+    config = load_config(ROOT / "studies" / f"{name}.toml", out=tmp_path)
     planned = study.plan(config)
     assert {c.id: c.fingerprint for c in planned} == {k: v["fingerprint"] for k, v in committed["cells"].items()}
-    with tarfile.open(COMMITTED_RUN / "cells.tar.gz") as archive:
+    assert len(planned) == cells
+    with tarfile.open(run / "cells.tar.gz") as archive:
         archive.extractall(tmp_path, filter="data")
     study.run(config, out=tmp_path, progress=False)
     fresh = json.loads((tmp_path / "study.json").read_text())
-    assert (fresh["run"]["cached"], fresh["run"]["executed"]) == (89, 0)
+    assert (fresh["run"]["cached"], fresh["run"]["executed"]) == (cells, 0)
     assert fresh["training"] == committed["training"]
     # the report differs only in its last line (this re-derivation's wall time and load)
-    old_md, new_md = ((d / "study.md").read_text().splitlines() for d in (COMMITTED_RUN, tmp_path))
-    assert old_md[:-1] == new_md[:-1] and old_md[-1].startswith("Cells: 89 (89 run now")
+    old_md, new_md = ((d / "study.md").read_text().splitlines() for d in (run, tmp_path))
+    assert old_md[:-1] == new_md[:-1] and old_md[-1].startswith(f"Cells: {cells} ({cells} run now")
+    # the committed plots are the ones the study draws from these tables
+    assert sorted(p.name for p in run.glob("*.png")) == sorted(p.name for p in tmp_path.glob("*.png"))
     summary = committed["training"]["summary"]
     assert summary["comparable_settings"] == sum(s["comparable"] for s in committed["training"]["settings"])

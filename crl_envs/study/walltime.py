@@ -1,7 +1,8 @@
 """The dry run's wall-time estimate: each planned cell's model calls (its cost estimate) times seconds per call
 measured in a committed run, then stage by stage over the executor's workers.
 
-The rates (:data:`SECONDS_PER_CALL`) are paper-small's committed cells (docs/study.json, commit 55b83b4): each
+The rates (:data:`SECONDS_PER_CALL`) are paper-small's committed cells (docs/study.json, commit 55b83b4), and
+for pilot cells paper-cpu-pilot's (docs/paper-cpu-pilot/study.json): each
 kind's recorded seconds over its planned calls, pooled, and for training cells per trainer (the placebo updates
 on every group, so its cells cost more per call). That run shared 2 cores at load 5-8 with other jobs, so on an
 idle machine the estimate errs long; a protocol whose calls are longer or shorter than judge's and cascade's
@@ -23,19 +24,21 @@ SECONDS_PER_CALL: dict[str, Any] = {
     "crossplay": 0.00387,
     "training": {"crl": 0.00424, "grpo": 0.00334, "loo_reward": 0.00363, "shapley_credit": 0.00323,
                  "placebo": 0.00646},   # e.g. crl: 131.8 s over 31,080 calls
+    # GRPO pilot cells, from paper-cpu-pilot's committed run (docs/paper-cpu-pilot/study.json, 2026-12-07: 30
+    # cells, 4,450 s over 1,504,000 planned calls, 2 workers at load ~2-3): the old stand-in, GRPO training's
+    # rate, had priced them 2.2x long
+    "pilot": {"grpo": 0.00296},
 }
-#: Pilot cells were never timed: a GRPO training cell's rate (a fit, then greedy evaluations of the system and
-#: the learner alone, as a pilot cell plays them); a pilot of another trainer takes that trainer's rate.
-PILOT_RATE_FROM = "training"
 #: A training cell of a trainer paper-small never timed: its slowest trainer's rate.
 _UNTIMED_TRAINER = max(SECONDS_PER_CALL["training"].values())
 
 
 def cell_seconds(cell: Any) -> float:
     """A planned cell's estimated seconds: its planned model calls times its kind's (and trainer's) rate."""
-    rate = SECONDS_PER_CALL.get(PILOT_RATE_FROM if cell.kind == "pilot" else cell.kind, _UNTIMED_TRAINER)
-    if isinstance(rate, Mapping):
-        rate = rate.get(cell.spec.trainer, _UNTIMED_TRAINER) if cell.kind == "training" else _UNTIMED_TRAINER
+    rate = SECONDS_PER_CALL.get(cell.kind, _UNTIMED_TRAINER)
+    if isinstance(rate, Mapping):  # training and pilot cells: per trainer; a pilot of another trainer: its training rate
+        trainer = cell.spec.trainer
+        rate = rate.get(trainer, SECONDS_PER_CALL["training"].get(trainer, _UNTIMED_TRAINER))
     return float(cell.cost.get("calls", 0.0)) * rate
 
 
@@ -63,4 +66,5 @@ def format_wall(estimate: Mapping[str, Any]) -> str:
     over = "in one process (executor local)" if estimate["executor"] == "local" else \
         f"over {estimate['workers']} worker processes"
     return (f"estimated wall time: {estimate['seconds'] / 60:,.0f} minutes ({cells} {over}; rates per model call "
-            f"from paper-small's committed cells, a run on 2 loaded cores: errs long on an idle machine)")
+            f"from committed runs on 2 shared cores (paper-small's cells; pilot cells paper-cpu-pilot's): paper-cpu "
+            f"took 0.67x its estimate)")
