@@ -12,7 +12,13 @@ from crl_envs.study.cells.base import Cell, CellContext
 from crl_envs.study.cells.build import build_task
 from crl_envs.study.cells.setting import Setting
 from crl_envs.study.cells.specs import SweepSpec
-from crl_envs.study.cells.trained import TrainerCell, alone_scores, build_trainer, trainer_credit
+from crl_envs.study.cells.trained import (
+    TrainerCell,
+    alone_fields,
+    alone_scores,
+    build_trainer,
+    trainer_credit,
+)
 from crl_envs.study.config import StudyConfig
 from crl_kit.validation import finite_number
 
@@ -42,9 +48,7 @@ class SweepCell(TrainerCell):
         common = setting.common
         system = trainer_credit(rule.trainer).plays_system
         learners = common.learners or [common.learner]
-        # a trainer that plays alone sweeps with its (first) learner alone, whatever the setup
-        where = {} if system else {"setup_label": "alone", "protocol": "vote", "options": {}, "learner": learners[0],
-                                   "learners": None, "schedule": None}
+        where = {} if system else alone_fields(common)  # a trainer that plays alone: its first learner alone
         out = []
         for lr in rule.candidates:
             spec = SweepSpec.extending(

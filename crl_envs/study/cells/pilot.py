@@ -15,7 +15,13 @@ from crl_envs.study.cells.base import Cell, CellContext
 from crl_envs.study.cells.build import build_task, calls_per_episode
 from crl_envs.study.cells.setting import Setting, training_settings
 from crl_envs.study.cells.specs import PilotSpec
-from crl_envs.study.cells.trained import TrainerCell, alone_scores, build_trainer, trainer_credit
+from crl_envs.study.cells.trained import (
+    TrainerCell,
+    alone_fields,
+    alone_scores,
+    build_trainer,
+    trainer_credit,
+)
 from crl_envs.study.config import StudyConfig
 from crl_kit.validation import finite_number
 
@@ -62,7 +68,7 @@ class PilotCell(TrainerCell):
         group, served = fit_group(config, setting)
         system = trainer_credit(pilot.trainer).plays_system
         common = setting.common
-        where = {} if system else {"setup_label": "alone", "protocol": "vote", "options": {}}
+        where = {} if system else alone_fields(common)
         systems = [{"setup_label": s.label, "protocol": s.common.protocol, "options": s.common.options} for s in served]
         out = []
         for adapter in pilot.adapters:

@@ -47,6 +47,14 @@ def trainer_credit(name: str, options: Mapping[str, Any] | None = None) -> Credi
     return cls.credit_for(cls.config_class(**chosen))
 
 
+def alone_fields(common: SettingSpec) -> dict[str, Any]:
+    """The fields that move a setting's spec to the learner alone (``vote`` of its first learner, no setup options):
+    where a trainer that does not play the system (GRPO) fits, so that every setting of that learner shares the
+    cells (lr sweep, pilot)."""
+    return {"setup_label": "alone", "protocol": "vote", "options": {},
+            "learner": (common.learners or [common.learner])[0], "learners": None, "schedule": None}
+
+
 def study_options(spec: SettingSpec) -> dict[str, Any]:
     """The study options of :data:`TRAINER_OPTIONS` a spec sets (``None`` each for a spec without a trainer)."""
     return {key: getattr(spec, key) if isinstance(spec, TrainerSpec) else None for key in TRAINER_OPTIONS}
