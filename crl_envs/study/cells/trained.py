@@ -124,21 +124,10 @@ def resolve_learning_rate(spec: SettingSpec, out: Path) -> SettingSpec:
     if not isinstance(spec, TrainerSpec) or not isinstance(spec.learning_rate, Mapping):
         return spec
     rule = spec.learning_rate
-    from crl_envs.study.cells.base import cell_kind, read_result
     from crl_envs.study.gates import choose_learning_rate
 
-    sweep = {}
-    for lr, fingerprint in rule["sweep"].items():
-        path = out / "cells" / f"{fingerprint}.json"
-        if not os.path.lexists(path):
-            raise RunError(f"the learning-rate sweep cell for lr {lr} ({path}) has not finished; rerun the study "
-                           f"(sweep cells run before training cells)")
-        # the sweep cell known by its fingerprint (its result's check reads no spec)
-        result, problem = read_result(path, cell_kind("lr_sweep")(f"lr_sweep/lr{lr}", None, fingerprint))
-        if problem is not None:
-            raise RunError(f"the learning-rate sweep cell file for lr {lr} ({path}) is not a valid result: {problem}; "
-                           f"rerun the study (the sweep cell runs again before the training cells)")
-        sweep[float(lr)] = result
+    sweep = {float(lr): read_earlier_cell("lr_sweep", fingerprint, f"the learning-rate sweep cell file for lr {lr}", out)
+             for lr, fingerprint in rule["sweep"].items()}
     chosen = choose_learning_rate(sweep, rule["rule"], rule["tolerance"])
     return replace(spec, learning_rate=chosen["learning_rate"], learning_rate_choice=chosen)
 
@@ -169,20 +158,28 @@ def read_pilot_cells(cells: list[Mapping[str, Any]], out: Path) -> list[dict[str
 
     Raises:
         RunError: one has not finished or its file is not a valid result of it."""
+    return [read_earlier_cell("pilot", c["fingerprint"], f"the pilot cell for lr {c['learning_rate']:g}, "
+                              f"{c['adapter']}, seed {c['seed']}", out) for c in cells]
+
+
+def read_earlier_cell(kind: str, fingerprint: str, what: str, out: Path) -> dict[str, Any]:
+    """The result of an earlier stage's cell a training cell reads (an lr sweep's, a pilot's), known by its
+    fingerprint and read as the scheduler reads a cell's (:func:`~crl_envs.study.cells.base.read_result`: a regular
+    file, this kind and fingerprint, its scores checked; the check reads no spec), never trusted because of its path.
+
+    Raises:
+        RunError: it has not finished, or its file is not a valid result of it (``what`` names it)."""
     from crl_envs.study.cells.base import cell_kind, read_result
 
-    results = []
-    for c in cells:
-        what = f"the pilot cell for lr {c['learning_rate']:g}, {c['adapter']}, seed {c['seed']}"
-        path = out / "cells" / f"{c['fingerprint']}.json"
-        if not os.path.lexists(path):
-            raise RunError(f"{what} ({path}) has not finished; rerun the study (pilot cells run before training cells)")
-        result, problem = read_result(path, cell_kind("pilot")(f"pilot/{c['fingerprint']}", None, c["fingerprint"]))
-        if problem is not None:
-            raise RunError(f"{what} ({path}) is not a valid result: {problem}; rerun the study (the pilot cell runs "
-                           f"again before the training cells)")
-        results.append(result)
-    return results
+    noun = {"lr_sweep": "sweep"}.get(kind, kind)
+    path = out / "cells" / f"{fingerprint}.json"
+    if not os.path.lexists(path):
+        raise RunError(f"{what} ({path}) has not finished; rerun the study ({noun} cells run before training cells)")
+    result, problem = read_result(path, cell_kind(kind)(f"{kind}/{fingerprint}", None, fingerprint))
+    if problem is not None:
+        raise RunError(f"{what} ({path}) is not a valid result: {problem}; rerun the study (the {noun} cell runs "
+                       f"again before the training cells)")
+    return result
 
 
 def alone_scores(trainer: Any, task: Any) -> np.ndarray:
