@@ -32,6 +32,7 @@ from agents.pool import (
     from_spec,
     pool,
     pool_names,
+    pool_size,
     register_backend,
     register_pool,
 )
@@ -88,5 +89,5 @@ def __getattr__(name: str):
 __all__ = [
     "Agent", "Generation", "Message", "Request", "RequestContext", "SampledAgent", "SamplingParams", "sample_n", "stable_hash",
     "HFAgent", "OpenAIAgent", "VLLMAgent", "LlamaCppAgent", "ScriptedAgent", "Pool", "pool", "from_spec", "register_backend",
-    "register_pool", "pool_names", "backend_names", "agent_class",
+    "register_pool", "pool_size", "pool_names", "backend_names", "agent_class",
 ]

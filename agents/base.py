@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import abc
+import copy
 import hashlib
 import json
 import math
@@ -80,7 +81,13 @@ class SamplingParams:
         object.__setattr__(self, "stop", tuple(dict.fromkeys(stop)))
 
     def with_seed(self, seed: int | None) -> SamplingParams:
-        return replace(self, seed=seed)
+        """These settings with another ``seed`` (the runner asks once per request: the other fields, checked
+        when these were made, are copied, not checked again)."""
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+            return replace(self, seed=seed)  # __post_init__ says what is wrong
+        new = copy.copy(self)
+        object.__setattr__(new, "seed", None if seed is None else int(seed))
+        return new
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ _BACKENDS: dict[str, SpecFactory] = {}
 _BACKEND_CLASSES: dict[str, ClassOfTarget] = {}
 _NAMED_POOLS: dict[str, Callable[[], list[Agent]]] = {}
 _POOL_CLASSES: dict[str, Callable[[], type[Agent]]] = {}
+_POOL_SIZES: dict[str, int] = {}
 
 
 def register_backend(prefix: str, factory: SpecFactory, agent_class: ClassOfTarget | None = None) -> None:
@@ -27,12 +28,36 @@ def register_backend(prefix: str, factory: SpecFactory, agent_class: ClassOfTarg
 
 
 def register_pool(name: str, factory: Callable[[], list[Agent]],
-                  agent_class: Callable[[], type[Agent]] | None = None) -> None:
+                  agent_class: Callable[[], type[Agent]] | None = None, size: int | None = None) -> None:
     """Make ``agents.pool(name)`` build the agents ``factory()`` returns (e.g. ``"zoo"``);
-    ``agent_class()`` names the class of every member, as for :func:`register_backend`."""
+    ``agent_class()`` names the class of every member, as for :func:`register_backend`; ``size`` how many
+    agents ``factory()`` returns, when known without building them (a plan reads it: :func:`pool_size`)."""
     _NAMED_POOLS[name] = factory
     if agent_class is not None:
         _POOL_CLASSES[name] = agent_class
+    if size is not None:
+        _POOL_SIZES[name] = size
+    else:
+        _POOL_SIZES.pop(name, None)
+
+
+def pool_size(name: str) -> int:
+    """How many agents the named pool ``agents.pool(name)`` holds: the size it was registered with, else built
+    and counted.
+
+    Example:
+        >>> import agents, agents.zoo
+        >>> agents.pool_size("zoo4-ladder")   # read from the registry: no model is loaded
+        8
+
+    Raises:
+        ConfigError: ``name`` is not a named pool.
+    """
+    if name not in _NAMED_POOLS:
+        raise _unknown_pool_error(name)
+    if name in _POOL_SIZES:
+        return _POOL_SIZES[name]
+    return len(pool(name))
 
 
 def agent_class(entry: str) -> type[Agent]:

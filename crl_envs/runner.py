@@ -17,6 +17,7 @@ import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -193,12 +194,18 @@ def request_key(fingerprint: str, request: Request) -> str:
     return _key(fingerprint, request.messages, request.sampling)
 
 
+#: SamplingParams' field names, in order (a request key names every one)
+_SAMPLING_FIELDS = tuple(f.name for f in dataclass_fields(SamplingParams))
+
+
 def _key(fingerprint: str, messages: Any, sampling: SamplingParams) -> str:
     """:func:`request_key` of these messages and sampling settings."""
     import hashlib
     import json
 
-    payload = json.dumps([fingerprint, messages, asdict(sampling)], sort_keys=True, ensure_ascii=False)
+    # the fields as dataclasses.asdict gives them (flat: numbers, None, a tuple of str), without its deep copy
+    fields = {name: getattr(sampling, name) for name in _SAMPLING_FIELDS}
+    payload = json.dumps([fingerprint, messages, fields], sort_keys=True, ensure_ascii=False)
     return hashlib.blake2b(payload.encode(), digest_size=16).hexdigest()
 
 

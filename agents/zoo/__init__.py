@@ -162,11 +162,12 @@ def _hf_class(*_: str):
     return HFAgent
 
 
-register_pool("zoo", agents_list, _hf_class)
+register_pool("zoo", agents_list, _hf_class, size=len(POOLS["zoo"]))
 for _pool in (*POOLS3, *POOLS4):
-    register_pool(_pool, lambda _pool=_pool: agents_list(_pool), _hf_class)
+    register_pool(_pool, lambda _pool=_pool: agents_list(_pool), _hf_class, size=len(POOLS[_pool]))
 for _pool in POOLS16:
-    register_pool(_pool, lambda _pool=_pool: agents_list16(_pool), lambda _pool=_pool: _pool16_class(_pool))
+    register_pool(_pool, lambda _pool=_pool: agents_list16(_pool), lambda _pool=_pool: _pool16_class(_pool),
+                  size=len(POOLS16[_pool]))
 register_pool("zoo-pretrained", _pretrained_pool, _hf_class)
 register_backend("zoo", _agent_from_spec, _hf_class)
 

@@ -40,6 +40,7 @@ The rules, measured on 334 real answers of SmolLM2-135M-Instruct and gemma-3-270
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -228,6 +229,13 @@ def extract_number(text: str, finish_reason: str | None = None) -> str | None:
     """
     if not isinstance(text, str):
         return None
+    return _extract_number(str(text), finish_reason if isinstance(finish_reason, str) else None)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _extract_number(text: str, finish_reason: str | None) -> str | None:
+    """:func:`extract_number` of a plain string, kept for the most recent answers: they repeat (every seat
+    and coalition that shows a model's answer reads it), and the rules are a function of the text alone."""
     own, ended_by_turn = own_turn(text)
     cut = finish_reason == "length" and not ended_by_turn
     if cut:

@@ -45,13 +45,12 @@ def sampling_params(desc: dict[str, Any]):
 def pool_size(pool: Any) -> int:
     """How many models a cell's pool description names (without loading them)."""
     if isinstance(pool, str):
-        if pool == "zoo":
-            import agents.zoo
-
-            return len(agents.zoo.NAMES)
         import agents
 
-        return len(agents.pool(pool))
+        if pool.startswith("zoo"):
+            import agents.zoo  # noqa: F401  registers the zoo's pools with their sizes
+
+        return agents.pool_size(pool)
     return len(pool)
 
 
