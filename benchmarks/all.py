@@ -80,6 +80,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "README's main job on a fresh machine (an empty coalition cache)"),
     Benchmark("inference_coverage", ("python", "benchmarks/inference_coverage.py", "--studies", "200"),
               "coverage of the tau interval and rates of the verdicts on planted truth in paper-small's tables"),
+    Benchmark("training_cell", ("python", "benchmarks/training_cell.py"),
+              "paper-small's judge C-RL training cell and its baseline before and after #55's savings"),
+    Benchmark("fused_gelu", ("python", "benchmarks/fused_gelu.py"),
+              "transformers' NewGELUActivation vs the fused tanh-GELU on the zoo: seconds and moved greedy texts"),
+    Benchmark("episode_overhead", ("python", "benchmarks/episode_overhead.py", "--repeats", "1"),
+              "paper-small's plan (the dry run's ~82,000 stand-in episodes) with and without the per-episode shortcuts"),
     Benchmark("study_paper_small", ("crl-envs", "study", "studies/paper-small.toml", "--out", "{tmp}/paper-small"),
               "studies/paper-small.toml from an empty output directory", timeout=4 * 3600),
 )
