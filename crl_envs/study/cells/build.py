@@ -45,10 +45,7 @@ def sampling_params(desc: dict[str, Any]):
 def pool_size(pool: Any) -> int:
     """How many models a cell's pool description names (without loading them)."""
     if isinstance(pool, str):
-        import agents
-
-        if pool.startswith("zoo"):
-            import agents.zoo  # noqa: F401  registers the zoo's pools with their sizes
+        import agents  # registers the zoo's pools with their sizes
 
         return agents.pool_size(pool)
     return len(pool)
