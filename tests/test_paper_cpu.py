@@ -55,6 +55,18 @@ def test_the_probe_refuses_no_signal_and_a_seat_whose_deletion_scores_more():
     assert not deleted["passed"] and "0.545 without the learner, 0.170 with it" in deleted["reason"]
 
 
+def test_the_probes_margin_refuses_a_seat_that_adds_too_little_to_tell_a_gain_from_deletion():
+    thin = {"zero_variance": 0.12, "before": 0.619, "without_learner": 0.600}  # paper-cpu-pilot's blender, on test
+    assert probe_verdict(thin)["passed"] and probe_verdict(thin, margin=0.019)["passed"]
+    refused = probe_verdict(thin, margin=0.05)
+    assert refused == {"passed": False, "reason": "the seat adds +1.9 points, below the margin of 5.0: a small gain "
+                                                  "could not be told from deleting the learner"}
+    deleted = probe_verdict({"zero_variance": 0.2, "before": 0.5, "without_learner": 0.6}, margin=0.05)
+    assert deleted["reason"].startswith("deletion would pass for a gain")  # one reason, not two
+    with pytest.raises(ValueError, match="margin must be in \\[0, 1\\)"):
+        probe_verdict(thin, margin=1.5)
+
+
 def test_the_dry_run_states_the_training_power_and_the_wall_time():
     config = load_config(PRESET)
     text = study.describe_plan(config, study.plan(config))

@@ -71,6 +71,8 @@ BAD = [
      r"training\.trainers: unknown trainer 'gpro' \(did you mean 'grpo'\?\)"),
     ({"training": {"pool": "four", "learner": "rookie", "setups": {"vote": {}}}}, r"training\.learner: must be a pool agent id"),
     ({"samplng": {}}, r"samplng: unknown key \(did you mean 'sampling'\?\)"),
+    ({"pools": {"zoo": "zoo"}, "training": {"pool": "zoo", "learner": "model_4", "setups": {"vote": {"tasks": ["arihm"]}}}},
+     r"training\.setups\.vote\.tasks: unknown training task 'arihm' \(did you mean 'arith'\?\)"),
 ]
 
 
@@ -86,6 +88,28 @@ def test_bad_config_rejected_before_any_work(change, message, tmp_path):
         study.run(config, progress=False)
     assert "\n" not in str(e.value)
     assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
+
+
+def test_a_setup_trains_on_its_own_tasks_and_the_settings_are_setups_x_their_tasks(tmp_path):
+    """``[training.setups.<label>] tasks``: the probe chooses (setup, task) pairs, so a preset trains exactly those
+    and not the cross product; a setup without ``tasks`` trains on every training task (ids unchanged)."""
+    from crl_envs.study.cells.setting import training_settings
+
+    raw = scripted_config(tmp_path / "out", tasks={"arith": {"n": 60, "seed": 2}, "add": {
+        "name": "arith", "n": 60, "seed": 2, "options": {"digits": 2, "operations": ["+"]}}})
+    raw["pools"] = {"zoo": "zoo"}
+    raw["valuation"] = {"pools": ["zoo"], "protocols": ["vote"]}
+    raw["training"] = {"pool": "zoo", "learner": "model_4", "trainers": ["crl", "placebo"], "seeds": [0],
+                       "setups": {"vote": {}, "debate": {"tasks": ["add"]}}}
+    config = load_config(raw)
+    assert [(s.label, s.task) for s in training_settings(config)] == [("vote", "arith"), ("vote", "add"),
+                                                                       ("debate", "add")]
+    ids = [c.id for c in study.plan(config) if c.kind == "training"]
+    assert len(ids) == 3 * 2 and not any(i.startswith("training/debate/arith/") for i in ids)
+    raw["training"]["tasks"] = ["arith"]  # a setup's task must be one the training trains on
+    with pytest.raises(StudyConfigError, match=r"^study config: training\.setups\.debate\.tasks: unknown training "
+                                               r"task 'add'; defined training tasks: arith$"):
+        load_config(raw)
 
 
 def test_cli_bad_config_is_one_line_exit_2(tmp_path):

@@ -89,6 +89,25 @@ def test_the_curve_is_the_mean_over_seeds_per_rate_adapter_and_checkpoint():
         (1e-4, "lora", 1, 1), (1e-4, "lora", 2, 1), (1e-5, "full", 1, 2), (1e-5, "full", 2, 2)]
     assert rows[3]["after"] == pytest.approx(0.7) and rows[3]["system"] == pytest.approx(0.8)
     assert rows[3]["before"] == 0.5 and rows[3]["system_before"] == 0.6
+    # several seeds: each fit's learner-alone Δ, in seed order (the spread one seed cannot show); one seed: none
+    assert rows[3]["alone_deltas"] == pytest.approx([0.1, 0.3]) and rows[2]["alone_deltas"] == pytest.approx([-0.1, 0.1])
+    assert "alone_deltas" not in rows[0]
+    # the rule keeps a row on the mean over seeds: 1e-5 at step 1 fell on seed 0 but not on average (0.5 -> 0.5)
+    assert choose_pilot(rows[2:], margin=1.0)["steps"] == 1
+
+
+def test_the_report_prints_each_pilot_seeds_delta_only_when_there_are_several():
+    from crl_envs.study.tables import pilot_markdown
+
+    rule = {"trainer": "grpo", "seeds": [1000, 1001], "steps": [20], "n": 400, "split": "train", "task_seed": 2,
+            "select": "fewest_steps_near_best", "tolerance": 0.0, "margin": 0.02}
+    one = {**_row(1e-5, "full", 20, 0.5, 0.52, 0.6), "system_before": 0.6, "seeds": 1, "kept": True}
+    two = {**one, "seeds": 2, "alone_deltas": [-0.013, 0.053]}
+    single = pilot_markdown({"rule": rule, "settings": {"judge/arith": {"curve": [one], **choose_pilot([one])}}})
+    several = pilot_markdown({"rule": rule, "settings": {"judge/arith": {"curve": [two], **choose_pilot([two])}}})
+    assert single[4].endswith("| kept |") and single[6].endswith("| yes |")
+    assert several[4].endswith("| learner alone Δ per pilot seed (points) |")
+    assert several[6].endswith("| yes | -1.3 +5.3 |")
 
 
 def test_the_pilot_curve_is_plotted_per_setting_with_its_choice(tmp_path):

@@ -490,6 +490,14 @@ class SetupConfig:
     #: with several learners, ``"joint"`` or ``"round_robin"`` (:data:`trainers.config.SCHEDULES`)
     schedule: str = option("with several learners, \"joint\" or \"round_robin\" (trainers.config.SCHEDULES)",
                            "any", "joint")
+    #: the tasks this setup trains on, a subset of ``[training] tasks`` (default: all of them): settings are the
+    #: setups x their tasks, so a probe's choice of (setup, task) pairs is a config, not the whole cross product
+    tasks: tuple[str, ...] | None = option("the training tasks this setup trains on, a subset of [training] tasks "
+                                           "(default: all of them), e.g. [\"arith\"]")
+
+    def trained_tasks(self, training_tasks: Sequence[str]) -> list[str]:
+        """The labels of the tasks this setup trains on, in ``[training] tasks``' order."""
+        return [t for t in training_tasks if self.tasks is None or t in self.tasks]
 
 
 #: The options of a setup that ``[training]`` sets for every setup.
@@ -889,6 +897,9 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
     if v["lora"] is not None:
         _unknown_keys("training.lora", v["lora"], ["r", "alpha", "dropout", "target_modules"])
     training_tasks = _labels("training.tasks", v["tasks"], tasks, "task")
+    for label, setup in setups.items():
+        if setup.tasks is not None:
+            _labels(f"training.setups.{label}.tasks", list(setup.tasks), {t: t for t in training_tasks}, "training task")
     for label in training_tasks:  # the splits load (one question)
         t = tasks[label]
         for split_key in ("train_split", "eval_split"):
@@ -987,7 +998,8 @@ def _setups(setups_spec: Mapping[str, Any], protocols: Mapping[str, ProtocolConf
                                            "options": v["options"]})
         setups[label] = SetupConfig(label=label, protocol=proto.protocol, options=proto.options, steps=v["steps"],
                                     learning_rate=v["learning_rate"], learners=tuple(own),
-                                    schedule=_schedule(f"{key}.schedule", v["schedule"]))
+                                    schedule=_schedule(f"{key}.schedule", v["schedule"]),
+                                    tasks=None if v["tasks"] is None else tuple(v["tasks"]))
     return setups
 
 
@@ -1172,7 +1184,8 @@ def _check_cell_count(valuation: ValuationConfig | None, training: TrainingConfi
         parts.append((len(valuation.pools) * len(valuation.protocols) * len(valuation.tasks) * len(valuation.seeds),
                       "valuation.pools/protocols/tasks/seeds"))
     if training is not None:
-        parts.append((len(training.setups) * len(training.tasks) * (1 + len(training.trainers) * len(training.seeds)),
+        settings = sum(len(s.trained_tasks(training.tasks)) for s in training.setups.values())
+        parts.append((settings * (1 + len(training.trainers) * len(training.seeds)),
                       "training.setups/tasks/trainers/seeds"))
     total = sum(n for n, _ in parts)
     if total > MAX_CELLS:

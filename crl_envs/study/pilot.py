@@ -133,18 +133,22 @@ def pilot_curve(results: Iterable[Mapping[str, Any]], setup_label: str) -> list[
     checkpoint): one row per (rate, adapter, checkpoint), ``before``/``after`` the learner's own validation
     accuracy before the fit and at the checkpoint and ``system`` the setting's validation system score there,
     each the mean over the pilot's seeds (``seeds``: how many), rates falling, then adapters, then steps."""
-    groups: dict[tuple[float, str, int], list[tuple[float, float, float, float]]] = {}
+    groups: dict[tuple[float, str, int], list[tuple[float, float, float, float, int]]] = {}
     for r in results:
         for point in r["curve"]:
             groups.setdefault((float(r["learning_rate"]), r["adapter"], int(point["steps"])), []).append(
-                (r["before"]["alone"], point["alone"], r["before"]["systems"][setup_label], point["systems"][setup_label]))
+                (r["before"]["alone"], point["alone"], r["before"]["systems"][setup_label], point["systems"][setup_label],
+                 int(r.get("seed", 0))))
     rows = []
     for (lr, adapter, steps), values in sorted(groups.items(), key=lambda kv: (-kv[0][0], ADAPTERS.index(kv[0][1]),
                                                                                  kv[0][2])):
         n = len(values)
         before, after, system_before, system = (sum(v[i] for v in values) / n for i in range(4))
-        rows.append({"learning_rate": lr, "adapter": adapter, "steps": steps, "seeds": n, "before": before,
-                     "after": after, "system_before": system_before, "system": system})
+        row = {"learning_rate": lr, "adapter": adapter, "steps": steps, "seeds": n, "before": before,
+               "after": after, "system_before": system_before, "system": system}
+        if n > 1:  # the spread between fits, which one seed cannot show (paper-cpu-pilot: +0.7 on the pilot's seed)
+            row["alone_deltas"] = [v[1] - v[0] for v in sorted(values, key=lambda v: v[4])]
+        rows.append(row)
     return rows
 
 

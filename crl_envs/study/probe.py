@@ -33,11 +33,11 @@ def zero_variance_probe(config: Any, questions: int = 4, seed: int = 0) -> dict[
 
 
 def setting_probe(config: Any, questions: int = 8, score_questions: int = PROBE_SCORE_QUESTIONS,
-                  seed: int = 0) -> dict[str, dict[str, Any]]:
+                  seed: int = 0, margin: float = 0.0) -> dict[str, dict[str, Any]]:
     """Per training setting (``setup/task``): ``zero_variance`` (:func:`zero_variance_probe`, on ``questions``),
     ``before`` and ``without_learner`` (the system's mean greedy score with the untrained learner and without it,
-    on ``score_questions`` training questions), ``learner`` and the verdict of :func:`probe_verdict`
-    (``passed``, ``reason``)."""
+    on ``score_questions`` training questions), ``learner`` and the verdict of :func:`probe_verdict` with
+    ``margin`` (``passed``, ``reason``)."""
     from trainers.controls import without_learner
 
     out = {}
@@ -48,16 +48,29 @@ def setting_probe(config: Any, questions: int = 8, score_questions: int = PROBE_
                  "before": float(_greedy_scores(setup.protocol, pool, qs, learner, options, tokens, seed).mean()),
                  "without_learner": float(without_learner(setup.protocol, pool, qs, [learner], max_new_tokens=tokens,
                                                           protocol_options=options, seed=seed).mean()),
-                 "score_questions": len(qs), "questions": questions}
-        out[label] = {**entry, **probe_verdict(entry)}
+                 "score_questions": len(qs), "questions": questions, "margin": margin}
+        out[label] = {**entry, **probe_verdict(entry, margin=margin)}
     return out
 
 
-def probe_verdict(entry: Mapping[str, Any]) -> dict[str, Any]:
+def probe_verdict(entry: Mapping[str, Any], margin: float = 0.0) -> dict[str, Any]:
     """Whether a setting can be compared, from its probe numbers alone: some signal (``zero_variance`` below
     :data:`crl_envs.study.gates.NO_SIGNAL_SHARE`) and a seat whose deletion cannot pass for a gain (the system
-    without the learner scores no more than with it, ``without_learner <= before``). Returns ``{"passed",
-    "reason"}`` (``reason`` ``None`` when it passes)."""
+    without the learner scores no more than with it, ``without_learner <= before``) and, with ``margin`` above 0,
+    a seat that adds at least ``margin`` (``before - without_learner >= margin``): where the untrained learner adds
+    little, a trainer's small gain cannot be told from deleting it, and the ``not_deletion`` gate refuses the
+    setting after the training was paid for (paper-cpu-pilot's blender and refine: seats adding 1.9 and 1.5 points
+    on the test questions). Returns ``{"passed", "reason"}`` (``reason`` ``None`` when it passes).
+
+    Raises:
+        ValueError: ``margin`` outside [0, 1).
+
+    Example:
+        >>> probe_verdict({"zero_variance": 0.2, "before": 0.62, "without_learner": 0.60}, margin=0.05)["reason"]
+        'the seat adds +2.0 points, below the margin of 5.0: a small gain could not be told from deleting the learner'
+    """
+    if not 0 <= margin < 1:
+        raise ValueError(f"probe_verdict: margin must be in [0, 1) (e.g. 0.05), got {margin!r}")
     reasons = []
     if entry["zero_variance"] >= NO_SIGNAL_SHARE:
         reasons.append(f"no signal: {entry['zero_variance']:.0%} of groups have equal scores (>= "
@@ -65,6 +78,9 @@ def probe_verdict(entry: Mapping[str, Any]) -> dict[str, Any]:
     if entry["without_learner"] > entry["before"] + 1e-12:
         reasons.append(f"deletion would pass for a gain: the system scores {entry['without_learner']:.3f} without "
                        f"the learner, {entry['before']:.3f} with it")
+    elif margin > 0 and entry["before"] - entry["without_learner"] < margin - 1e-12:
+        reasons.append(f"the seat adds {100 * (entry['before'] - entry['without_learner']):+.1f} points, below the "
+                       f"margin of {100 * margin:.1f}: a small gain could not be told from deleting the learner")
     return {"passed": not reasons, "reason": "; ".join(reasons) or None}
 
 
@@ -76,7 +92,7 @@ def _settings(config: Any, score_questions: int | None = None):
     pool = build_pool(config.pools[t.pool].describe())
     for label, setup in t.setups.items():
         learner = setup.learners[0] if setup.learners else t.learner
-        for task in t.tasks:
+        for task in setup.trained_tasks(t.tasks):
             qs = None if score_questions is None else build_task(config.tasks[task].describe(), split=t.train_split,
                                                                  n=score_questions)
             yield f"{label}/{task}", (pool, learner, setup, task, qs, config.sampling_for(task)["max_new_tokens"])
@@ -125,7 +141,8 @@ def probe_markdown(probed: Mapping[str, Mapping[str, Any]]) -> list[str]:
     first = next(iter(probed.values()))
     lines = ["", f"probe (untrained learner; zero-variance share of {first['questions']} training questions x G at "
                  f"temperature 1; greedy system score with and without the learner on {first['score_questions']} "
-                 f"training questions):", "| setting | learner | zero-variance groups | before | without learner | "
+                 f"training questions" + (f"; a seat must add at least {100 * first['margin']:.1f} points"
+                                         if first.get("margin") else "") + "):", "| setting | learner | zero-variance groups | before | without learner | "
                  "probe |", "|---|---|---|---|---|---|"]
     for label, e in probed.items():
         verdict = "chosen" if e["passed"] else f"not comparable: {e['reason']}"

@@ -243,13 +243,17 @@ def pilot_markdown(pilot: Mapping[str, Any]) -> list[str]:
     for key, c in pilot["settings"].items():
         choice = (f"chosen: {c['steps']} steps, lr {c['learning_rate']:g}, {c['adapter']} ({c['reason']})"
                   if "steps" in c else f"no choice yet: {c['fits']} of {c['cells']} fits finished")
+        spread = any("alone_deltas" in row for row in c["curve"])  # several pilot seeds: each fit's Δ too
         lines += [f"*{key}*: {choice}.", "",
-                  "| lr | adapter | steps | learner alone (before -> at steps) | system (before -> at steps) | kept |",
-                  "|---|---|---|---|---|---|"]
+                  "| lr | adapter | steps | learner alone (before -> at steps) | system (before -> at steps) | kept |"
+                  + (" learner alone Δ per pilot seed (points) |" if spread else ""),
+                  "|---|---|---|---|---|---|" + ("---|" if spread else "")]
         for row in c["curve"]:
             kept = "yes" if row["kept"] else "no"
+            per_seed = " ".join(f"{100 * d:+.1f}" for d in row.get("alone_deltas", []))
             lines.append(f"| {row['learning_rate']:g} | {row['adapter']} | {row['steps']} | {row['before']:.3f} -> "
-                         f"{row['after']:.3f} | {row['system_before']:.3f} -> {row['system']:.3f} | {kept} |")
+                         f"{row['after']:.3f} | {row['system_before']:.3f} -> {row['system']:.3f} | {kept} |"
+                         + (f" {per_seed} |" if spread else ""))
         lines.append("")
     return lines
 

@@ -30,13 +30,14 @@ def _several(setup: Any) -> dict[str, Any]:
 
 
 def training_settings(config: StudyConfig) -> list[Setting]:
-    """Every setup x task of ``[training]`` (none without it), setups first, each with its shared spec."""
+    """Every setup x task it trains on (:meth:`crl_envs.study.config.SetupConfig.trained_tasks`) of ``[training]`` (none without it),
+    setups first, each with its shared spec."""
     t = config.training
     if t is None:
         return []
     out = []
     for label, setup in t.setups.items():
-        for task in t.tasks:
+        for task in setup.trained_tasks(t.tasks):
             learner = setup.learners[0] if setup.learners else t.learner
             common = SettingSpec(
                 pool=config.pools[t.pool].describe(), pool_label=t.pool, learner=learner,
