@@ -88,6 +88,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "paper-small's plan (the dry run's ~82,000 stand-in episodes) with and without the per-episode shortcuts"),
     Benchmark("study_paper_small", ("crl-envs", "study", "studies/paper-small.toml", "--out", "{tmp}/paper-small"),
               "studies/paper-small.toml from an empty output directory", timeout=4 * 3600),
+    Benchmark("study_paper_cpu2", ("crl-envs", "study", "studies/paper-cpu2.toml", "--out", "{tmp}/paper-cpu2"),
+              "studies/paper-cpu2.toml (#55's comparison across 14 settings, with its pilot) from an empty directory",
+              timeout=4 * 3600),
 )
 
 

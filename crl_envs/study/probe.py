@@ -139,10 +139,10 @@ def probe_markdown(probed: Mapping[str, Mapping[str, Any]]) -> list[str]:
     if not probed:
         return []
     first = next(iter(probed.values()))
+    margin = f"; a seat must add at least {100 * first['margin']:.1f} points" if first.get("margin") else ""
     lines = ["", f"probe (untrained learner; zero-variance share of {first['questions']} training questions x G at "
                  f"temperature 1; greedy system score with and without the learner on {first['score_questions']} "
-                 f"training questions" + (f"; a seat must add at least {100 * first['margin']:.1f} points"
-                                         if first.get("margin") else "") + "):", "| setting | learner | zero-variance groups | before | without learner | "
+                 f"training questions{margin}):", "| setting | learner | zero-variance groups | before | without learner | "
                  "probe |", "|---|---|---|---|---|---|"]
     for label, e in probed.items():
         verdict = "chosen" if e["passed"] else f"not comparable: {e['reason']}"

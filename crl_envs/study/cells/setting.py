@@ -30,8 +30,8 @@ def _several(setup: Any) -> dict[str, Any]:
 
 
 def training_settings(config: StudyConfig) -> list[Setting]:
-    """Every setup x task it trains on (:meth:`crl_envs.study.config.SetupConfig.trained_tasks`) of ``[training]`` (none without it),
-    setups first, each with its shared spec."""
+    """Every setup of ``[training]`` x each task it trains on (``SetupConfig.trained_tasks``; none without
+    ``[training]``), setups first, each with its shared spec."""
     t = config.training
     if t is None:
         return []
