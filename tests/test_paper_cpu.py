@@ -14,6 +14,7 @@ import pytest
 
 from crl_envs import study
 from crl_envs.study import load_config
+from crl_envs.study.cells.setting import training_settings
 from crl_envs.study.plan import estimate
 from crl_envs.study.probe import probe_verdict, setting_probe
 from crl_envs.study.stats import TRAINING_PLANTING, training_power
@@ -56,8 +57,6 @@ def test_the_preset_lists_exactly_the_candidates_the_recorded_probe_chose(preset
 def test_paper_cpu2_chose_at_least_six_settings_and_pilots_on_three_seeds():
     """#55: six or more comparable settings need more candidates through the probe (paper-cpu-pilot: 3 of 8 passed
     its gates); a pilot that sees the spread between fits needs several seeds."""
-    from crl_envs.study.cells.setting import training_settings
-
     config = load_config(PROBED[1][0])
     t = config.training
     settings = training_settings(config)
@@ -92,7 +91,7 @@ def test_the_dry_run_states_the_training_power_and_the_wall_time(preset_path):
     config = load_config(preset_path)
     text = study.describe_plan(config, study.plan(config))
     t = config.training
-    settings = sum(len(s.trained_tasks(t.tasks)) for s in t.setups.values())
+    settings = len(training_settings(config))
     power = training_power(settings, len(t.seeds), t.n_eval,
                            [b for b in t.trainers if b != "crl"], difference=0.02, alpha=t.alpha)
     stated = re.search(r"Training: power (\d\.\d\d)[^\n]* to call C-RL better than placebo across (\d+) setting",

@@ -899,7 +899,7 @@ def _training(spec: dict[str, Any], pools, protocols, tasks) -> TrainingConfig:
     training_tasks = _labels("training.tasks", v["tasks"], tasks, "task")
     for label, setup in setups.items():
         if setup.tasks is not None:
-            _labels(f"training.setups.{label}.tasks", list(setup.tasks), {t: t for t in training_tasks}, "training task")
+            _labels(f"training.setups.{label}.tasks", list(setup.tasks), dict.fromkeys(training_tasks), "training task")
     for label in training_tasks:  # the splits load (one question)
         t = tasks[label]
         for split_key in ("train_split", "eval_split"):

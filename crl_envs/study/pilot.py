@@ -138,7 +138,7 @@ def pilot_curve(results: Iterable[Mapping[str, Any]], setup_label: str) -> list[
         for point in r["curve"]:
             groups.setdefault((float(r["learning_rate"]), r["adapter"], int(point["steps"])), []).append(
                 (r["before"]["alone"], point["alone"], r["before"]["systems"][setup_label], point["systems"][setup_label],
-                 int(r.get("seed", 0))))
+                 r["seed"]))
     rows = []
     for (lr, adapter, steps), values in sorted(groups.items(), key=lambda kv: (-kv[0][0], ADAPTERS.index(kv[0][1]),
                                                                                  kv[0][2])):

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from crl_envs.study.cells.setting import Setting, training_settings
 from crl_envs.study.gates import NO_SIGNAL_SHARE
 
 #: Training questions the probe's greedy before/without-learner scores are read on (train split, never eval).
@@ -29,7 +30,8 @@ def zero_variance_probe(config: Any, questions: int = 4, seed: int = 0) -> dict[
     """Per training setting (``setup/task``), the share of groups whose system scores are all equal when the
     untrained learner samples G rollouts (temperature 1, partners greedy) on ``questions`` training questions:
     before anything trains, how often the learner's turn can change the outcome (1.0: never, no signal)."""
-    return {label: _zero_variance(config, setting, questions, seed) for label, setting in _settings(config)}
+    pool = _training_pool(config)
+    return {f"{s.label}/{s.task}": _zero_variance(config, pool, s, questions, seed) for s in training_settings(config)}
 
 
 def setting_probe(config: Any, questions: int = 8, score_questions: int = PROBE_SCORE_QUESTIONS,
@@ -37,19 +39,27 @@ def setting_probe(config: Any, questions: int = 8, score_questions: int = PROBE_
     """Per training setting (``setup/task``): ``zero_variance`` (:func:`zero_variance_probe`, on ``questions``),
     ``before`` and ``without_learner`` (the system's mean greedy score with the untrained learner and without it,
     on ``score_questions`` training questions), ``learner`` and the verdict of :func:`probe_verdict` with
-    ``margin`` (``passed``, ``reason``)."""
+    ``margin`` (``passed``, ``reason``).
+
+    Raises:
+        ValueError: ``margin`` outside [0, 1), before anything plays."""
+    from crl_envs.study.cells.build import build_task
     from trainers.controls import without_learner
 
-    out = {}
-    for label, (pool, learner, setup, task, qs, tokens) in _settings(config, score_questions):
-        options = _options(setup, learner)
-        entry = {"learner": learner, "protocol": setup.protocol, "options": options,
-                 "zero_variance": _zero_variance(config, (pool, learner, setup, task, None, tokens), questions, seed),
-                 "before": float(_greedy_scores(setup.protocol, pool, qs, learner, options, tokens, seed).mean()),
-                 "without_learner": float(without_learner(setup.protocol, pool, qs, [learner], max_new_tokens=tokens,
-                                                          protocol_options=options, seed=seed).mean()),
+    _check_margin(margin)
+    pool, out = _training_pool(config), {}
+    for s in training_settings(config):
+        c = s.common
+        qs = build_task(c.task, split=c.train_split, n=score_questions)
+        entry = {"learner": c.learner, "protocol": c.protocol, "options": c.options,
+                 "zero_variance": _zero_variance(config, pool, s, questions, seed),
+                 "before": float(_greedy_scores(c.protocol, pool, qs, c.learner, c.options, c.max_new_tokens,
+                                                seed).mean()),
+                 "without_learner": float(without_learner(c.protocol, pool, qs, [c.learner],
+                                                          max_new_tokens=c.max_new_tokens, protocol_options=c.options,
+                                                          seed=seed).mean()),
                  "score_questions": len(qs), "questions": questions, "margin": margin}
-        out[label] = {**entry, **probe_verdict(entry, margin=margin)}
+        out[f"{s.label}/{s.task}"] = {**entry, **probe_verdict(entry, margin=margin)}
     return out
 
 
@@ -69,8 +79,7 @@ def probe_verdict(entry: Mapping[str, Any], margin: float = 0.0) -> dict[str, An
         >>> probe_verdict({"zero_variance": 0.2, "before": 0.62, "without_learner": 0.60}, margin=0.05)["reason"]
         'the seat adds +2.0 points, below the margin of 5.0: a small gain could not be told from deleting the learner'
     """
-    if not 0 <= margin < 1:
-        raise ValueError(f"probe_verdict: margin must be in [0, 1) (e.g. 0.05), got {margin!r}")
+    _check_margin(margin)
     reasons = []
     if entry["zero_variance"] >= NO_SIGNAL_SHARE:
         reasons.append(f"no signal: {entry['zero_variance']:.0%} of groups have equal scores (>= "
@@ -84,39 +93,29 @@ def probe_verdict(entry: Mapping[str, Any], margin: float = 0.0) -> dict[str, An
     return {"passed": not reasons, "reason": "; ".join(reasons) or None}
 
 
-def _settings(config: Any, score_questions: int | None = None):
-    """``(label, (pool, learner, setup, task label, training questions or None, max_new_tokens))`` per setting."""
-    from crl_envs.study.cells.build import build_pool, build_task
-
-    t = config.training
-    pool = build_pool(config.pools[t.pool].describe())
-    for label, setup in t.setups.items():
-        learner = setup.learners[0] if setup.learners else t.learner
-        for task in setup.trained_tasks(t.tasks):
-            qs = None if score_questions is None else build_task(config.tasks[task].describe(), split=t.train_split,
-                                                                 n=score_questions)
-            yield f"{label}/{task}", (pool, learner, setup, task, qs, config.sampling_for(task)["max_new_tokens"])
+def _check_margin(margin: float) -> None:
+    if not 0 <= margin < 1:
+        raise ValueError(f"probe_verdict: margin must be in [0, 1) (e.g. 0.05), got {margin!r}")
 
 
-def _options(setup: Any, learner: str) -> dict[str, Any]:
-    from crl_envs.study.cells.setting import substitute
+def _training_pool(config: Any) -> Any:
+    from crl_envs.study.cells.build import build_pool
 
-    return substitute(setup.options, learner)
+    return build_pool(config.pools[config.training.pool].describe())
 
 
-def _zero_variance(config: Any, setting: tuple, questions: int, seed: int) -> float:
+def _zero_variance(config: Any, pool: Any, setting: Setting, questions: int, seed: int) -> float:
     from agents import SamplingParams
     from crl_envs.study.cells.build import build_task
     from trainers.rollout import rollout_episodes
 
-    t = config.training
-    pool, learner, setup, task, _, tokens = setting
-    qs = build_task(config.tasks[task].describe(), split=t.train_split, n=questions)
-    episodes = rollout_episodes(setup.protocol, pool, qs, learner, pool[learner], coalition=None,
-                                options=_options(setup, learner), examples=[ex.id for ex in qs],
+    c, t = setting.common, config.training
+    qs = build_task(c.task, split=c.train_split, n=questions)
+    episodes = rollout_episodes(c.protocol, pool, qs, c.learner, pool[c.learner], coalition=None,
+                                options=dict(c.options), examples=[ex.id for ex in qs],
                                 samples=t.num_generations, seed=seed,
-                                learner_sampling=SamplingParams(temperature=1.0, max_new_tokens=tokens),
-                                partner_sampling=SamplingParams(temperature=0.0, max_new_tokens=tokens))
+                                learner_sampling=SamplingParams(temperature=1.0, max_new_tokens=c.max_new_tokens),
+                                partner_sampling=SamplingParams(temperature=0.0, max_new_tokens=c.max_new_tokens))
     scores = np.array([ep.score for ep in episodes], dtype=float).reshape(len(qs), t.num_generations)
     return float((scores.std(axis=1) == 0).mean())
 
