@@ -34,7 +34,8 @@ def test_every_result_file_is_checked_here():
              "paper-cpu-probe.json",  # checked in tests/test_paper_cpu.py (the rule replayed, one setting re-played)
              "paper-cpu2-probe.json",  # likewise (with its margin)
              "paper-cpu/study.json",  # checked in tests/test_paper_cpu.py (re-derived from the committed cells)
-             "paper-cpu-pilot/study.json"}  # likewise
+             "paper-cpu-pilot/study.json",  # likewise
+             "paper-cpu2/study.json"}  # likewise
     assert {p.relative_to(DOCS).as_posix() for p in RESULTS} <= known, f"a new docs/*.json needs a check here: {[p.name for p in RESULTS]}"
     assert RESULTS
 

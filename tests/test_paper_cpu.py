@@ -164,7 +164,7 @@ def test_the_dry_runs_probe_table_names_each_setting_and_its_choice():
 
 
 #: The committed runs, each from an empty directory: its preset, its directory under docs/, its cells.
-COMMITTED_RUNS = [("paper-cpu", 89), ("paper-cpu-pilot", 110)]
+COMMITTED_RUNS = [("paper-cpu", 89), ("paper-cpu-pilot", 110), ("paper-cpu2", 248)]
 
 
 @pytest.mark.parametrize("name, cells", COMMITTED_RUNS)
